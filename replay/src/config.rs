@@ -1,0 +1,807 @@
+//! Spatter-compatible run configurations: JSON parsing, defaults and validation.
+//!
+//! A pattern file is a JSON array of objects (a single object is accepted too). Keys and defaults
+//! follow Spatter 2.1: `kernel` ("gather"; also scatter, gs/sg, multigather, multiscatter,
+//! case-insensitive), `pattern`, `pattern-gather`, `pattern-scatter`, `delta` (8), `delta-gather`
+//! (8), `delta-scatter` (8), `count` (1024), `wrap` (1), `pattern-size` (truncate), `boundary`
+//! (index modulo), `nruns` (10), `name`, `local-work-size`. Unknown keys are ignored.
+//!
+//! Where Spatter silently mangles input (negative deltas, huge indices), we refuse it with an
+//! error that names the file and the config's index, before anything runs.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::pattern::{GeneratorDelta, Pattern, PatternError};
+
+pub const DEFAULT_DELTA: usize = 8;
+pub const DEFAULT_COUNT: usize = 1024;
+pub const DEFAULT_WRAP: usize = 1;
+pub const DEFAULT_NRUNS: usize = 10;
+
+/// The replay kernels (Spatter's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelKind {
+    Gather,
+    Scatter,
+    #[serde(rename = "gs")]
+    GatherScatter,
+    MultiGather,
+    MultiScatter,
+}
+
+impl KernelKind {
+    pub const ALL: [KernelKind; 5] = [
+        KernelKind::Gather,
+        KernelKind::Scatter,
+        KernelKind::GatherScatter,
+        KernelKind::MultiGather,
+        KernelKind::MultiScatter,
+    ];
+
+    /// Parses a kernel name, case-insensitively; `sg` is Spatter's other name for `gs`.
+    pub fn parse(name: &str) -> Option<KernelKind> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "gather" => Some(KernelKind::Gather),
+            "scatter" => Some(KernelKind::Scatter),
+            "gs" | "sg" => Some(KernelKind::GatherScatter),
+            "multigather" => Some(KernelKind::MultiGather),
+            "multiscatter" => Some(KernelKind::MultiScatter),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KernelKind::Gather => "gather",
+            KernelKind::Scatter => "scatter",
+            KernelKind::GatherScatter => "gs",
+            KernelKind::MultiGather => "multigather",
+            KernelKind::MultiScatter => "multiscatter",
+        }
+    }
+
+    /// True for kernels whose writes land in a shared sparse buffer.
+    pub fn is_scatter_like(self) -> bool {
+        matches!(
+            self,
+            KernelKind::Scatter | KernelKind::GatherScatter | KernelKind::MultiScatter
+        )
+    }
+}
+
+impl fmt::Display for KernelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A kernel with its patterns; each variant holds exactly what it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kernel {
+    /// `dense[j + len*(i%wrap)] = sparse[pattern[j] + delta*i]`
+    Gather { pattern: Vec<usize>, delta: usize },
+    /// `sparse[pattern[j] + delta*i] = dense[j + len*(i%wrap)]`
+    Scatter { pattern: Vec<usize>, delta: usize },
+    /// `sparse_s[scatter[j] + delta_scatter*i] = sparse_g[gather[j] + delta_gather*i]`
+    GatherScatter {
+        gather: Vec<usize>,
+        scatter: Vec<usize>,
+        delta_gather: usize,
+        delta_scatter: usize,
+    },
+    /// `dense[j + len*(i%wrap)] = sparse[outer[inner[j]] + delta*i]`
+    MultiGather {
+        outer: Vec<usize>,
+        inner: Vec<usize>,
+        delta: usize,
+    },
+    /// `sparse[outer[inner[j]] + delta*i] = dense[j + len*(i%wrap)]`
+    MultiScatter {
+        outer: Vec<usize>,
+        inner: Vec<usize>,
+        delta: usize,
+    },
+}
+
+impl Kernel {
+    pub fn kind(&self) -> KernelKind {
+        match self {
+            Kernel::Gather { .. } => KernelKind::Gather,
+            Kernel::Scatter { .. } => KernelKind::Scatter,
+            Kernel::GatherScatter { .. } => KernelKind::GatherScatter,
+            Kernel::MultiGather { .. } => KernelKind::MultiGather,
+            Kernel::MultiScatter { .. } => KernelKind::MultiScatter,
+        }
+    }
+
+    /// Number of elements moved per iteration of the count loop on each side: the pattern for
+    /// gather/scatter, the inner pattern for multi-kernels, one side for gs.
+    pub fn pattern_len(&self) -> usize {
+        match self {
+            Kernel::Gather { pattern, .. } | Kernel::Scatter { pattern, .. } => pattern.len(),
+            Kernel::GatherScatter { gather, .. } => gather.len(),
+            Kernel::MultiGather { inner, .. } | Kernel::MultiScatter { inner, .. } => inner.len(),
+        }
+    }
+
+    /// The delta reported in results: the gather delta for gs.
+    pub fn delta(&self) -> usize {
+        match self {
+            Kernel::Gather { delta, .. }
+            | Kernel::Scatter { delta, .. }
+            | Kernel::MultiGather { delta, .. }
+            | Kernel::MultiScatter { delta, .. } => *delta,
+            Kernel::GatherScatter { delta_gather, .. } => *delta_gather,
+        }
+    }
+
+    /// Elements counted as moved per iteration: Spatter counts both sides of gs.
+    pub fn elements_per_iteration(&self) -> usize {
+        match self {
+            Kernel::GatherScatter {
+                gather, scatter, ..
+            } => gather.len() + scatter.len(),
+            _ => self.pattern_len(),
+        }
+    }
+
+    /// The effective index pattern applied to the sparse buffer (for multi-kernels,
+    /// `outer[inner[j]]`), with its delta; for gs, the gather side.
+    pub fn effective_pattern(&self) -> (Vec<usize>, usize) {
+        match self {
+            Kernel::Gather { pattern, delta } | Kernel::Scatter { pattern, delta } => {
+                (pattern.clone(), *delta)
+            }
+            Kernel::GatherScatter {
+                gather,
+                delta_gather,
+                ..
+            } => (gather.clone(), *delta_gather),
+            Kernel::MultiGather {
+                outer,
+                inner,
+                delta,
+            }
+            | Kernel::MultiScatter {
+                outer,
+                inner,
+                delta,
+            } => (inner.iter().map(|&k| outer[k]).collect(), *delta),
+        }
+    }
+}
+
+/// Where a configuration came from, for error messages and results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The pattern file, or "<command line>" for inline specs.
+    pub source: String,
+    /// Position in the file's array, from 0.
+    pub index: usize,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: config #{}", self.source, self.index)
+    }
+}
+
+/// One validated run: a kernel, its loop parameters and how often to time it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunConfig {
+    pub name: String,
+    pub kernel: Kernel,
+    pub count: usize,
+    pub wrap: usize,
+    pub nruns: usize,
+    pub local_work_size: Option<usize>,
+    pub origin: Origin,
+    /// Where the delta came from: "default", "config", or "generator:UNIFORM",
+    /// "generator:UNIFORM:NR", "generator:LAPLACIAN"; for gs "gather=...,scatter=...".
+    pub delta_source: String,
+    /// Remarks users should see (truncation, boundary, a generator overriding "delta").
+    pub notes: Vec<String>,
+}
+
+impl RunConfig {
+    /// Bytes moved by one run of the whole count loop: 8 * elements * count (Spatter's rule).
+    pub fn bytes(&self) -> u64 {
+        8u64.saturating_mul(self.kernel.elements_per_iteration() as u64)
+            .saturating_mul(self.count as u64)
+    }
+}
+
+/// Values that apply to every config unless the config says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Defaults {
+    pub delta: usize,
+    pub count: usize,
+    pub wrap: usize,
+    pub nruns: usize,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            delta: DEFAULT_DELTA,
+            count: DEFAULT_COUNT,
+            wrap: DEFAULT_WRAP,
+            nruns: DEFAULT_NRUNS,
+        }
+    }
+}
+
+/// What is wrong with a pattern file or one of its configs.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read pattern file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is a Git LFS pointer, not a pattern file: run `git lfs pull` (or fetch the real file) and try again")]
+    LfsPointer { path: PathBuf },
+    #[error("{path}: malformed JSON at line {line}, column {column}: {message}")]
+    Json {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: expected a JSON array of config objects, found {found}")]
+    NotAnArray { path: PathBuf, found: &'static str },
+    #[error("{path}: the file holds no configs (an empty array)")]
+    NoConfigs { path: PathBuf },
+    #[error("{origin}{}: {problem}", name_suffix(.name))]
+    Invalid {
+        origin: Origin,
+        name: Option<String>,
+        problem: String,
+    },
+}
+
+fn name_suffix(name: &Option<String>) -> String {
+    match name {
+        Some(n) if !n.is_empty() => format!(" ({n:?})"),
+        _ => String::new(),
+    }
+}
+
+/// Loads and validates every config of one pattern file.
+pub fn load_file(path: &Path, defaults: &Defaults) -> Result<Vec<RunConfig>, ConfigError> {
+    let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_bytes(&bytes, path, defaults)
+}
+
+/// Parses a pattern file's contents; `path` is only used in messages and origins.
+pub fn parse_bytes(
+    bytes: &[u8],
+    path: &Path,
+    defaults: &Defaults,
+) -> Result<Vec<RunConfig>, ConfigError> {
+    if bytes.starts_with(b"version https://git-lfs.github.com/spec/") {
+        return Err(ConfigError::LfsPointer {
+            path: path.to_path_buf(),
+        });
+    }
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| ConfigError::Json {
+        path: path.to_path_buf(),
+        line: e.line(),
+        column: e.column(),
+        message: strip_position(&e.to_string()),
+    })?;
+    let items = match value {
+        Value::Array(items) => items,
+        obj @ Value::Object(_) => vec![obj],
+        other => {
+            return Err(ConfigError::NotAnArray {
+                path: path.to_path_buf(),
+                found: json_type(&other),
+            })
+        }
+    };
+    if items.is_empty() {
+        return Err(ConfigError::NoConfigs {
+            path: path.to_path_buf(),
+        });
+    }
+    let source = path.display().to_string();
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let origin = Origin {
+                source: source.clone(),
+                index,
+            };
+            parse_config(item, origin, defaults)
+        })
+        .collect()
+}
+
+fn strip_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Parses one config object.
+pub fn parse_config(
+    item: &Value,
+    origin: Origin,
+    defaults: &Defaults,
+) -> Result<RunConfig, ConfigError> {
+    let obj = match item {
+        Value::Object(obj) => obj,
+        other => {
+            return Err(ConfigError::Invalid {
+                origin,
+                name: None,
+                problem: format!("expected a config object, found {}", json_type(other)),
+            })
+        }
+    };
+    let name = obj.get("name").and_then(Value::as_str).map(str::to_string);
+    let fail = |problem: String| ConfigError::Invalid {
+        origin: origin.clone(),
+        name: name.clone(),
+        problem,
+    };
+    let fields = ConfigFields::read(obj).map_err(fail)?;
+    build(fields, defaults, origin.clone(), name.clone()).map_err(fail)
+}
+
+/// The raw keys of one config, before defaults and validation.
+#[derive(Debug, Default)]
+struct ConfigFields {
+    name: Option<String>,
+    kernel: Option<String>,
+    pattern: Option<Pattern>,
+    pattern_gather: Option<Pattern>,
+    pattern_scatter: Option<Pattern>,
+    delta: Option<usize>,
+    delta_gather: Option<usize>,
+    delta_scatter: Option<usize>,
+    count: Option<usize>,
+    wrap: Option<usize>,
+    pattern_size: Option<usize>,
+    boundary: Option<usize>,
+    nruns: Option<usize>,
+    local_work_size: Option<usize>,
+}
+
+impl ConfigFields {
+    fn read(obj: &Map<String, Value>) -> Result<ConfigFields, String> {
+        Ok(ConfigFields {
+            name: match obj.get("name") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(other) => Some(other.to_string()),
+            },
+            kernel: match obj.get("kernel") {
+                None => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(other) => {
+                    return Err(format!(
+                        "\"kernel\" must be a string, found {}",
+                        json_type(other)
+                    ))
+                }
+            },
+            pattern: read_pattern(obj, "pattern")?,
+            pattern_gather: read_pattern(obj, "pattern-gather")?,
+            pattern_scatter: read_pattern(obj, "pattern-scatter")?,
+            delta: read_uint(obj, "delta")?,
+            delta_gather: read_uint(obj, "delta-gather")?,
+            delta_scatter: read_uint(obj, "delta-scatter")?,
+            count: read_uint(obj, "count")?,
+            wrap: read_uint(obj, "wrap")?,
+            pattern_size: read_uint(obj, "pattern-size")?,
+            boundary: read_uint(obj, "boundary")?,
+            nruns: read_uint(obj, "nruns")?,
+            local_work_size: read_uint(obj, "local-work-size")?,
+        })
+    }
+}
+
+/// Reads a non-negative integer key. Integral floats (`1e6`) are accepted; negative values,
+/// fractions and non-numbers are errors.
+fn read_uint(obj: &Map<String, Value>, key: &str) -> Result<Option<usize>, String> {
+    let Some(v) = obj.get(key) else {
+        return Ok(None);
+    };
+    json_uint(v).map(Some).map_err(|why| {
+        let hint = if key.starts_with("delta") && why.contains("negative") {
+            ": mgbench needs deltas >= 0 (Spatter would silently wrap a negative delta around)"
+        } else {
+            ""
+        };
+        format!("\"{key}\": {why}{hint}")
+    })
+}
+
+fn json_uint(v: &Value) -> Result<usize, String> {
+    match v {
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                usize::try_from(u).map_err(|_| format!("{u} does not fit in this machine's usize"))
+            } else if let Some(i) = n.as_i64() {
+                Err(format!("negative value {i}"))
+            } else {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                if f < 0.0 {
+                    Err(format!("negative value {n}"))
+                } else if f.fract() != 0.0 || !f.is_finite() {
+                    Err(format!("{n} is not an integer"))
+                } else if f >= 18446744073709551615.0 {
+                    Err(format!("{n} does not fit in 64 bits"))
+                } else {
+                    Ok(f as usize)
+                }
+            }
+        }
+        Value::String(s) => crate::pattern::parse_index(s).map_err(|e| e.to_string()),
+        other => Err(format!("expected an integer, found {}", json_type(other))),
+    }
+}
+
+fn read_pattern(obj: &Map<String, Value>, key: &str) -> Result<Option<Pattern>, String> {
+    let Some(v) = obj.get(key) else {
+        return Ok(None);
+    };
+    let parsed = match v {
+        Value::String(s) => Pattern::parse(s),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                json_uint(x).map_err(|why| {
+                    PatternError::NotAnInteger(format!("element {i} ({x}): {why}"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(Pattern::from_list),
+        other => {
+            return Err(format!(
+                "\"{key}\" must be an integer list or a generator string, found {}",
+                json_type(other)
+            ))
+        }
+    };
+    parsed
+        .map(Some)
+        .map_err(|e| format!("\"{key}\": {}", pattern_problem(e)))
+}
+
+fn pattern_problem(e: PatternError) -> String {
+    match e {
+        PatternError::NotAnInteger(s) if s.starts_with("element ") => {
+            if s.contains("negative") {
+                format!("{s}: indices must be >= 0")
+            } else {
+                s
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Which keys a kernel needs, for messages.
+fn required_keys(kind: KernelKind) -> &'static str {
+    match kind {
+        KernelKind::Gather | KernelKind::Scatter => "\"pattern\"",
+        KernelKind::GatherScatter => "\"pattern-gather\" and \"pattern-scatter\"",
+        KernelKind::MultiGather => "\"pattern\" (outer) and \"pattern-gather\" (inner)",
+        KernelKind::MultiScatter => "\"pattern\" (outer) and \"pattern-scatter\" (inner)",
+    }
+}
+
+/// Applies pattern-size and boundary, and resolves the delta from key, generator and default.
+struct Prepared {
+    indices: Vec<usize>,
+    generator_delta: Option<GeneratorDelta>,
+}
+
+fn prepare(
+    key: &str,
+    pattern: Pattern,
+    pattern_size: Option<usize>,
+    boundary: Option<usize>,
+    notes: &mut Vec<String>,
+) -> Result<Prepared, String> {
+    let mut indices = pattern.indices;
+    if let Some(size) = pattern_size.filter(|&s| s > 0) {
+        if size > indices.len() {
+            return Err(format!(
+                "\"pattern-size\" {size} is larger than \"{key}\", which has {} indices",
+                indices.len()
+            ));
+        }
+        if size < indices.len() {
+            notes.push(format!(
+                "\"{key}\" truncated from {} to {size} indices by pattern-size",
+                indices.len()
+            ));
+            indices.truncate(size);
+        }
+    }
+    if let Some(b) = boundary.filter(|&b| b > 0) {
+        if indices.iter().any(|&i| i >= b) {
+            notes.push(format!("\"{key}\" indices taken modulo boundary {b}"));
+            for i in &mut indices {
+                *i %= b;
+            }
+        }
+    }
+    Ok(Prepared {
+        indices,
+        generator_delta: pattern.generator_delta,
+    })
+}
+
+/// Resolves a delta: a generator's delta (UNIFORM's third field or NR, LAPLACIAN's forced 1)
+/// takes precedence over the config key, which takes precedence over the default. Returns the
+/// delta and where it came from.
+fn resolve_delta(
+    key: &str,
+    explicit: Option<usize>,
+    generator: Option<GeneratorDelta>,
+    default: usize,
+    notes: &mut Vec<String>,
+) -> (usize, &'static str) {
+    match (generator, explicit) {
+        (Some(g), Some(e)) if e != g.value() => {
+            notes.push(format!(
+                "{g} overrides \"{key}\": {e} (the generator's delta takes precedence)"
+            ));
+            (g.value(), g.source_name())
+        }
+        (Some(g), _) => (g.value(), g.source_name()),
+        (None, Some(e)) => (e, "config"),
+        (None, None) => (default, "default"),
+    }
+}
+
+fn build(
+    f: ConfigFields,
+    defaults: &Defaults,
+    origin: Origin,
+    name: Option<String>,
+) -> Result<RunConfig, String> {
+    let kind = match &f.kernel {
+        None => KernelKind::Gather,
+        Some(k) => KernelKind::parse(k).ok_or_else(|| {
+            format!(
+                "unknown kernel {k:?}: expected gather, scatter, gs, multigather or multiscatter"
+            )
+        })?,
+    };
+    let mut notes = Vec::new();
+    let delta_source;
+    let need = |p: Option<Pattern>, key: &str| -> Result<Pattern, String> {
+        p.ok_or_else(|| {
+            format!(
+                "kernel {kind} needs {}; \"{key}\" is missing",
+                required_keys(kind)
+            )
+        })
+    };
+    let (ps, b) = (f.pattern_size, f.boundary);
+    let kernel = match kind {
+        KernelKind::Gather | KernelKind::Scatter => {
+            let p = prepare("pattern", need(f.pattern, "pattern")?, ps, b, &mut notes)?;
+            let (delta, source) = resolve_delta(
+                "delta",
+                f.delta,
+                p.generator_delta,
+                defaults.delta,
+                &mut notes,
+            );
+            delta_source = source.to_string();
+            if kind == KernelKind::Gather {
+                Kernel::Gather {
+                    pattern: p.indices,
+                    delta,
+                }
+            } else {
+                Kernel::Scatter {
+                    pattern: p.indices,
+                    delta,
+                }
+            }
+        }
+        KernelKind::GatherScatter => {
+            let g = prepare(
+                "pattern-gather",
+                need(f.pattern_gather, "pattern-gather")?,
+                ps,
+                b,
+                &mut notes,
+            )?;
+            let s = prepare(
+                "pattern-scatter",
+                need(f.pattern_scatter, "pattern-scatter")?,
+                ps,
+                b,
+                &mut notes,
+            )?;
+            if g.indices.len() != s.indices.len() {
+                return Err(format!(
+                    "kernel gs needs \"pattern-gather\" and \"pattern-scatter\" of the same length, \
+                     found {} and {}",
+                    g.indices.len(),
+                    s.indices.len()
+                ));
+            }
+            let (delta_gather, source_g) = resolve_delta(
+                "delta-gather",
+                f.delta_gather,
+                g.generator_delta,
+                defaults.delta,
+                &mut notes,
+            );
+            let (delta_scatter, source_s) = resolve_delta(
+                "delta-scatter",
+                f.delta_scatter,
+                s.generator_delta,
+                defaults.delta,
+                &mut notes,
+            );
+            delta_source = format!("gather={source_g},scatter={source_s}");
+            Kernel::GatherScatter {
+                gather: g.indices,
+                scatter: s.indices,
+                delta_gather,
+                delta_scatter,
+            }
+        }
+        KernelKind::MultiGather | KernelKind::MultiScatter => {
+            let inner_key = if kind == KernelKind::MultiGather {
+                "pattern-gather"
+            } else {
+                "pattern-scatter"
+            };
+            let inner_raw = if kind == KernelKind::MultiGather {
+                f.pattern_gather
+            } else {
+                f.pattern_scatter
+            };
+            let outer = prepare("pattern", need(f.pattern, "pattern")?, ps, b, &mut notes)?;
+            let inner = prepare(inner_key, need(inner_raw, inner_key)?, ps, b, &mut notes)?;
+            let max_inner = inner.indices.iter().copied().max().unwrap_or(0);
+            if max_inner >= outer.indices.len() {
+                return Err(format!(
+                    "kernel {kind}: \"{inner_key}\" (inner) holds index {max_inner} but \"pattern\" \
+                     (outer) has only {} entries; inner indices must be below the outer length",
+                    outer.indices.len()
+                ));
+            }
+            let (delta, source) = resolve_delta(
+                "delta",
+                f.delta,
+                outer.generator_delta,
+                defaults.delta,
+                &mut notes,
+            );
+            delta_source = source.to_string();
+            if kind == KernelKind::MultiGather {
+                Kernel::MultiGather {
+                    outer: outer.indices,
+                    inner: inner.indices,
+                    delta,
+                }
+            } else {
+                Kernel::MultiScatter {
+                    outer: outer.indices,
+                    inner: inner.indices,
+                    delta,
+                }
+            }
+        }
+    };
+    let count = f.count.unwrap_or(defaults.count);
+    if count == 0 {
+        return Err("\"count\" is 0: the kernel would move nothing; use count >= 1".to_string());
+    }
+    let wrap = f.wrap.unwrap_or(defaults.wrap);
+    if wrap == 0 {
+        return Err("\"wrap\" is 0: use wrap >= 1 (1 = one dense buffer row)".to_string());
+    }
+    let nruns = f.nruns.unwrap_or(defaults.nruns);
+    if nruns == 0 {
+        return Err("\"nruns\" is 0: at least one timed run is needed".to_string());
+    }
+    let name = name.or(f.name).unwrap_or_default();
+    let name = if name.is_empty() {
+        format!("{}#{}", kind, origin.index)
+    } else {
+        name
+    };
+    Ok(RunConfig {
+        name,
+        kernel,
+        count,
+        wrap,
+        nruns,
+        local_work_size: f.local_work_size,
+        origin,
+        delta_source,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn one(v: Value) -> Result<RunConfig, ConfigError> {
+        parse_config(
+            &v,
+            Origin {
+                source: "t.json".into(),
+                index: 3,
+            },
+            &Defaults::default(),
+        )
+    }
+
+    #[test]
+    fn defaults_follow_spatter() {
+        let c = one(json!({"pattern": [0, 1, 2]})).unwrap();
+        assert_eq!(c.kernel.kind(), KernelKind::Gather);
+        assert_eq!(c.kernel.delta(), 8);
+        assert_eq!((c.count, c.wrap, c.nruns), (1024, 1, 10));
+        assert_eq!(c.name, "gather#3");
+    }
+
+    #[test]
+    fn errors_name_file_index_and_config() {
+        let e = one(json!({"name": "x", "kernel": "gahter", "pattern": [1]}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("t.json: config #3 (\"x\"): unknown kernel"), "{e}");
+    }
+
+    #[test]
+    fn kernel_names_case_insensitive_and_sg_alias() {
+        let c = one(json!({"kernel": "SG", "pattern-gather": [0], "pattern-scatter": [1]})).unwrap();
+        assert_eq!(c.kernel.kind(), KernelKind::GatherScatter);
+        let c = one(json!({"kernel": "MultiGather", "pattern": [5, 6], "pattern-gather": [1, 0]}))
+            .unwrap();
+        assert_eq!(c.kernel.effective_pattern().0, vec![6, 5]);
+    }
+
+    #[test]
+    fn unknown_keys_are_ignored() {
+        assert!(one(json!({"pattern": [1], "frobnicate": true, "seed": 4})).is_ok());
+    }
+
+    #[test]
+    fn float_integers_accepted_fractions_rejected() {
+        let c = one(json!({"pattern": [1.0, 2e3], "count": 1e2})).unwrap();
+        assert_eq!(c.kernel.effective_pattern().0, vec![1, 2000]);
+        assert_eq!(c.count, 100);
+        assert!(one(json!({"pattern": [1.5]})).is_err());
+        assert!(one(json!({"pattern": [1], "count": 2.5})).is_err());
+    }
+}

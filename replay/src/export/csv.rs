@@ -1,0 +1,169 @@
+//! CSV: one row per record with a fixed header; lists are joined with ';', host fields are
+//! prefixed `host_`. Empty cells mean "not applicable".
+
+use super::{ExportError, Exporter};
+use crate::record::{Host, ReplayRecord, StreamRecord};
+
+pub struct CsvExporter;
+
+/// Replay CSV columns, in order (documented in the README).
+pub const REPLAY_COLUMNS: &[&str] = &[
+    "schema_version",
+    "time",
+    "name",
+    "kernel",
+    "source",
+    "config_index",
+    "backend",
+    "pattern_len",
+    "delta",
+    "delta_scatter",
+    "delta_source",
+    "count",
+    "wrap",
+    "threads",
+    "ranks",
+    "bytes",
+    "sparse_bytes",
+    "dense_bytes",
+    "warmup_runs",
+    "min_time_s",
+    "median_time_s",
+    "bandwidth_mbs",
+    "stream_copy_mbs",
+    "pct_of_stream",
+    "racy",
+    "atomic",
+    "pinned",
+    "timer",
+    "run_times_s",
+    "notes",
+    "host_hostname",
+    "host_cpu_model",
+    "host_cores",
+    "host_llc_bytes",
+    "host_memory_bytes",
+    "host_load_avg_1m",
+    "host_os",
+    "mgbench_version",
+];
+
+/// STREAM CSV columns: one row per kernel.
+pub const STREAM_COLUMNS: &[&str] = &[
+    "schema_version",
+    "time",
+    "kernel",
+    "elements",
+    "array_bytes",
+    "threads",
+    "ntimes",
+    "bytes",
+    "best_time_s",
+    "avg_time_s",
+    "max_time_s",
+    "bandwidth_mbs",
+    "validated",
+    "pinned",
+    "host_hostname",
+    "host_cpu_model",
+    "host_cores",
+    "mgbench_version",
+];
+
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map(ToString::to_string).unwrap_or_default()
+}
+
+fn host_cells(h: &Host) -> Vec<String> {
+    vec![
+        h.hostname.clone(),
+        h.cpu_model.clone(),
+        h.cores.to_string(),
+        opt(&h.llc_bytes),
+        opt(&h.memory_bytes),
+        opt(&h.load_avg_1m),
+        h.os.clone(),
+    ]
+}
+
+fn finish(w: ::csv::Writer<Vec<u8>>) -> Result<Vec<u8>, ExportError> {
+    w.into_inner()
+        .map_err(|e| ExportError::CsvFlush(e.error().to_string()))
+}
+
+impl Exporter for CsvExporter {
+    fn replay(&self, records: &[ReplayRecord]) -> Result<Vec<u8>, ExportError> {
+        let mut w = ::csv::Writer::from_writer(Vec::new());
+        w.write_record(REPLAY_COLUMNS)?;
+        for r in records {
+            let mut row = vec![
+                r.schema_version.to_string(),
+                r.time.clone(),
+                r.name.clone(),
+                r.kernel.to_string(),
+                r.source.clone(),
+                r.config_index.to_string(),
+                r.backend.clone(),
+                r.pattern_len.to_string(),
+                r.delta.to_string(),
+                opt(&r.delta_scatter),
+                r.delta_source.clone(),
+                r.count.to_string(),
+                r.wrap.to_string(),
+                r.threads.to_string(),
+                r.ranks.to_string(),
+                r.bytes.to_string(),
+                r.sparse_bytes.to_string(),
+                r.dense_bytes.to_string(),
+                r.warmup_runs.to_string(),
+                r.min_time_s.to_string(),
+                r.median_time_s.to_string(),
+                r.bandwidth_mbs.to_string(),
+                opt(&r.stream_copy_mbs),
+                opt(&r.pct_of_stream),
+                r.racy.to_string(),
+                r.atomic.to_string(),
+                r.pinned.to_string(),
+                r.timer.clone(),
+                r.run_times_s
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                r.notes.join("; "),
+            ];
+            row.extend(host_cells(&r.host));
+            row.push(r.mgbench_version.clone());
+            w.write_record(&row)?;
+        }
+        finish(w)
+    }
+
+    fn stream(&self, s: &StreamRecord) -> Result<Vec<u8>, ExportError> {
+        let mut w = ::csv::Writer::from_writer(Vec::new());
+        w.write_record(STREAM_COLUMNS)?;
+        for k in &s.kernels {
+            w.write_record([
+                s.schema_version.to_string(),
+                s.time.clone(),
+                k.name.clone(),
+                s.elements.to_string(),
+                s.array_bytes.to_string(),
+                s.threads.to_string(),
+                s.ntimes.to_string(),
+                k.bytes.to_string(),
+                k.best_time_s.to_string(),
+                k.avg_time_s.to_string(),
+                k.max_time_s.to_string(),
+                k.bandwidth_mbs.to_string(),
+                s.validated.to_string(),
+                s.pinned.to_string(),
+                s.host.hostname.clone(),
+                s.host.cpu_model.clone(),
+                s.host.cores.to_string(),
+                s.mgbench_version.clone(),
+            ])?;
+        }
+        finish(w)
+    }
+}

@@ -1,0 +1,115 @@
+//! A plain-text table for terminals. Rows can be printed one at a time as results arrive
+//! ([`TableExporter::header`], [`TableExporter::row`]).
+
+use super::{ExportError, Exporter};
+use crate::plan::human_bytes;
+use crate::record::{ReplayRecord, StreamRecord};
+
+pub struct TableExporter;
+
+impl TableExporter {
+    /// The header line(s) for replay rows.
+    pub fn header() -> String {
+        format!(
+            "{:<28} {:<12} {:>7} {:>7} {:>9} {:>4} {:>10} {:>11} {:>12} {:>8}  {}\n{}\n",
+            "name",
+            "kernel",
+            "len",
+            "delta",
+            "count",
+            "thr",
+            "bytes",
+            "min time s",
+            "MB/s",
+            "%STREAM",
+            "notes",
+            "-".repeat(118)
+        )
+    }
+
+    /// One replay row.
+    pub fn row(r: &ReplayRecord) -> String {
+        let pct = r
+            .pct_of_stream
+            .map(|p| format!("{p:.1}"))
+            .unwrap_or_else(|| "-".to_string());
+        let mut flags = Vec::new();
+        if r.racy {
+            flags.push("racy-by-design (values, not bandwidth)".to_string());
+        }
+        if r.atomic {
+            flags.push("atomic".to_string());
+        }
+        let delta = match r.delta_scatter {
+            Some(ds) => format!("{}/{}", r.delta, ds),
+            None => r.delta.to_string(),
+        };
+        format!(
+            "{:<28} {:<12} {:>7} {:>7} {:>9} {:>4} {:>10} {:>11.6} {:>12.1} {:>8}  {}\n",
+            truncate(&r.name, 28),
+            r.kernel.as_str(),
+            r.pattern_len,
+            delta,
+            r.count,
+            r.threads,
+            human_bytes(r.bytes as u128),
+            r.min_time_s,
+            r.bandwidth_mbs,
+            pct,
+            flags.join(", ")
+        )
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('~');
+        t
+    }
+}
+
+impl Exporter for TableExporter {
+    fn replay(&self, records: &[ReplayRecord]) -> Result<Vec<u8>, ExportError> {
+        let mut out = TableExporter::header();
+        for r in records {
+            out.push_str(&TableExporter::row(r));
+        }
+        Ok(out.into_bytes())
+    }
+
+    fn stream(&self, s: &StreamRecord) -> Result<Vec<u8>, ExportError> {
+        let mut out = format!(
+            "STREAM: {} threads, {} elements per array ({}), best of {} iterations (first dropped){}\n",
+            s.threads,
+            s.elements,
+            human_bytes(s.array_bytes as u128),
+            s.ntimes,
+            if s.validated { ", results validated" } else { ", VALIDATION FAILED" }
+        );
+        out.push_str(&format!(
+            "{:<8} {:>14} {:>12} {:>12} {:>12}\n",
+            "Function", "Best Rate MB/s", "Avg time", "Min time", "Max time"
+        ));
+        for k in &s.kernels {
+            let mut name = k.name.clone();
+            if let Some(first) = name.get_mut(0..1) {
+                first.make_ascii_uppercase();
+            }
+            out.push_str(&format!(
+                "{:<8} {:>14.1} {:>12.6} {:>12.6} {:>12.6}\n",
+                format!("{name}:"),
+                k.bandwidth_mbs,
+                k.avg_time_s,
+                k.best_time_s,
+                k.max_time_s
+            ));
+        }
+        for n in &s.notes {
+            out.push_str(&format!("note: {n}\n"));
+        }
+        Ok(out.into_bytes())
+    }
+}

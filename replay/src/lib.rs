@@ -1,0 +1,450 @@
+//! mgbench-replay: run gather/scatter patterns (Spatter JSON) on CPU threads next to a STREAM
+//! baseline, and export the results.
+//!
+//! The flow is load → plan → run: every pattern file is parsed and every configuration checked
+//! (kernel, patterns, deltas, the memory its buffers need) before anything runs, so bad input
+//! never leaves a run half done. Then a pinned thread pool is created, STREAM runs once, and each
+//! configuration is timed (warm-up, then `nruns` runs; minimum time) and reported as soon as it
+//! is done.
+//!
+//! ```no_run
+//! use mgbench_replay::{replay, Event, Input, ReplayConfig};
+//!
+//! let mut config = ReplayConfig::new(vec![Input::File("patterns/uniform.json".into())]);
+//! config.threads = 2;
+//! config.stream_elements = None; // no STREAM baseline
+//! let records = replay(&config, &mut |event| {
+//!     if let Event::Record(r) = event {
+//!         println!("{}: {:.1} MB/s", r.name, r.bandwidth_mbs);
+//!     }
+//! })
+//! .unwrap();
+//! assert!(!records.is_empty());
+//! ```
+
+pub mod buffer;
+pub mod config;
+pub mod export;
+pub mod kernel;
+pub mod measure;
+pub mod pattern;
+pub mod plan;
+pub mod pool;
+pub mod record;
+pub mod results;
+
+mod simd;
+pub mod stream;
+mod sys;
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{ConfigError, Defaults, Origin, RunConfig};
+use crate::kernel::{Buffers, WriteMode};
+use crate::measure::{bandwidth_mbs, time_series, Measurement, Summary, WallClock};
+use crate::plan::{Footprint, PlanError};
+use crate::pool::{Placement, Pool, PoolError};
+use crate::record::{mgbench_version, now_rfc3339, Host, ReplayRecord, StreamRecord};
+use crate::results::{ResultsError, ResultsWriter};
+use crate::stream::{StreamConfig, StreamError};
+
+pub use crate::export::ExportFormat;
+
+/// Where configurations come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A Spatter JSON pattern file.
+    File(PathBuf),
+    /// One configuration given on the command line (`--pattern`, `--kernel`, ...).
+    Inline(Box<InlineSpec>),
+}
+
+/// A configuration given on the command line; it goes through the same parser as JSON.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InlineSpec {
+    pub name: Option<String>,
+    pub kernel: Option<String>,
+    pub pattern: Option<String>,
+    pub pattern_gather: Option<String>,
+    pub pattern_scatter: Option<String>,
+    pub delta: Option<usize>,
+    pub delta_gather: Option<usize>,
+    pub delta_scatter: Option<usize>,
+    pub count: Option<usize>,
+    pub wrap: Option<usize>,
+    pub pattern_size: Option<usize>,
+    pub boundary: Option<usize>,
+}
+
+impl InlineSpec {
+    /// The equivalent JSON config object.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        let mut put_s = |k: &str, v: &Option<String>| {
+            if let Some(v) = v {
+                m.insert(k.to_string(), serde_json::Value::String(v.clone()));
+            }
+        };
+        put_s("name", &self.name);
+        put_s("kernel", &self.kernel);
+        put_s("pattern", &self.pattern);
+        put_s("pattern-gather", &self.pattern_gather);
+        put_s("pattern-scatter", &self.pattern_scatter);
+        for (k, v) in [
+            ("delta", self.delta),
+            ("delta-gather", self.delta_gather),
+            ("delta-scatter", self.delta_scatter),
+            ("count", self.count),
+            ("wrap", self.wrap),
+            ("pattern-size", self.pattern_size),
+            ("boundary", self.boundary),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.to_string(), serde_json::Value::from(v as u64));
+            }
+        }
+        serde_json::Value::Object(m)
+    }
+}
+
+/// Everything `mgbench replay` needs, validated by the CLI.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayConfig {
+    pub inputs: Vec<Input>,
+    pub threads: usize,
+    pub placement: Placement,
+    /// Overrides every config's `nruns`.
+    pub runs: Option<usize>,
+    /// Untimed runs before the timed ones.
+    pub warmup: usize,
+    /// Scatter writes become atomic additions.
+    pub atomic: bool,
+    /// STREAM array size; `None` skips STREAM (`--no-stream`).
+    pub stream_elements: Option<StreamSize>,
+    /// Where to write results files; `None` writes none.
+    pub out_dir: Option<PathBuf>,
+}
+
+/// How large STREAM's arrays are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamSize {
+    /// 4x the last-level cache (STREAM's rule).
+    Auto,
+    Elements(usize),
+}
+
+impl ReplayConfig {
+    /// Defaults: one thread per allowed CPU, pinned; one warm-up run; STREAM on; no files.
+    pub fn new(inputs: Vec<Input>) -> ReplayConfig {
+        ReplayConfig {
+            inputs,
+            threads: default_threads(),
+            placement: Placement::Pinned,
+            runs: None,
+            warmup: 1,
+            atomic: false,
+            stream_elements: Some(StreamSize::Auto),
+            out_dir: None,
+        }
+    }
+}
+
+/// One thread per CPU this process may use.
+pub fn default_threads() -> usize {
+    sys::allowed_cpus().len().max(1)
+}
+
+/// Progress reported while replay runs.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// All inputs parsed and checked.
+    Planned { configs: usize },
+    /// Results files chosen.
+    ResultsFiles { json: &'a Path, csv: &'a Path },
+    Stream(&'a StreamRecord),
+    Record(&'a ReplayRecord),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{origin}{}: {source}", name_part(.name))]
+    Plan {
+        origin: Origin,
+        name: String,
+        source: PlanError,
+    },
+    #[error("no pattern files given and no default suite found (looked in {looked}): pass pattern files or --pattern SPEC")]
+    NoDefaultSuite { looked: String },
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    #[error("STREAM baseline: {0}")]
+    Stream(#[from] StreamError),
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    #[error("--runs must be at least 1")]
+    ZeroRuns,
+    #[error("{origin}{}: {source}", name_part(.name))]
+    Alloc {
+        origin: Origin,
+        name: String,
+        source: crate::buffer::AllocError,
+    },
+}
+
+fn name_part(name: &str) -> String {
+    if name.is_empty() {
+        String::new()
+    } else {
+        format!(" ({name:?})")
+    }
+}
+
+/// A configuration with its checked footprint.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub config: RunConfig,
+    pub footprint: Footprint,
+    pub racy: bool,
+}
+
+/// Loads every input and checks every configuration, without running anything.
+pub fn plan(config: &ReplayConfig) -> Result<Vec<Planned>, ReplayError> {
+    if config.runs == Some(0) {
+        return Err(ReplayError::ZeroRuns);
+    }
+    let defaults = Defaults::default();
+    let mut configs = Vec::new();
+    for input in &config.inputs {
+        match input {
+            Input::File(path) => configs.extend(config::load_file(path, &defaults)?),
+            Input::Inline(spec) => configs.push(config::parse_config(
+                &spec.to_json(),
+                Origin {
+                    source: "<command line>".to_string(),
+                    index: 0,
+                },
+                &defaults,
+            )?),
+        }
+    }
+    let available = sys::available_memory_bytes();
+    configs
+        .into_iter()
+        .map(|mut c| {
+            if let Some(r) = config.runs {
+                c.nruns = r;
+            }
+            let fail = |source| ReplayError::Plan {
+                origin: c.origin.clone(),
+                name: c.name.clone(),
+                source,
+            };
+            let footprint = plan::footprint(&c).map_err(fail)?;
+            plan::check_memory(&c, &footprint, config.threads, available).map_err(fail)?;
+            let racy = !config.atomic && plan::scatter_may_race(&c, config.threads);
+            Ok(Planned {
+                config: c,
+                footprint,
+                racy,
+            })
+        })
+        .collect()
+}
+
+/// The shipped suite: `*.json` in the first `patterns/` directory found in the current
+/// directory, next to the executable (`../share/mgbench/patterns`), or in the source tree this
+/// binary was built from.
+pub fn default_pattern_files() -> Result<Vec<PathBuf>, ReplayError> {
+    let mut candidates = vec![PathBuf::from("patterns")];
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            candidates.push(dir.join("../share/mgbench/patterns"));
+            candidates.push(dir.join("patterns"));
+        }
+    }
+    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../patterns"));
+    for dir in &candidates {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut files: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        if !files.is_empty() {
+            files.sort();
+            return Ok(files);
+        }
+    }
+    Err(ReplayError::NoDefaultSuite {
+        looked: candidates
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
+
+/// Runs STREAM alone on a fresh pool.
+pub fn run_stream(
+    threads: usize,
+    placement: Placement,
+    size: StreamSize,
+    ntimes: usize,
+) -> Result<StreamRecord, ReplayError> {
+    let pool = Pool::new(threads, placement)?;
+    stream_on(&pool, size, ntimes)
+}
+
+fn stream_on(pool: &Pool, size: StreamSize, ntimes: usize) -> Result<StreamRecord, ReplayError> {
+    let (elements, notes) = match size {
+        StreamSize::Auto => {
+            let (n, note) = stream::default_elements(sys::last_level_cache_bytes());
+            (n, vec![note])
+        }
+        StreamSize::Elements(n) => (n, vec![]),
+    };
+    let record = stream::run(
+        pool,
+        &StreamConfig { elements, ntimes },
+        sys::available_memory_bytes(),
+        notes,
+    )?;
+    Ok(record)
+}
+
+/// Loads, checks and runs every configuration; reports progress through `on_event` and
+/// returns all records. Results files (if `out_dir` is set) are rewritten after each record.
+pub fn replay(
+    config: &ReplayConfig,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Result<Vec<ReplayRecord>, ReplayError> {
+    let planned = plan(config)?;
+    on_event(Event::Planned {
+        configs: planned.len(),
+    });
+    let mut writer = match &config.out_dir {
+        Some(dir) => {
+            let w = ResultsWriter::create(dir, "replay")?;
+            on_event(Event::ResultsFiles {
+                json: w.json_path(),
+                csv: w.csv_path(),
+            });
+            Some(w)
+        }
+        None => None,
+    };
+    let pool = Pool::new(config.threads, config.placement)?;
+    let stream = match config.stream_elements {
+        Some(size) => {
+            let s = stream_on(&pool, size, stream::DEFAULT_NTIMES)?;
+            if let Some(w) = &writer {
+                w.write_stream(&s)?;
+            }
+            on_event(Event::Stream(&s));
+            Some(s)
+        }
+        None => None,
+    };
+    let host = Host::detect();
+    let mode = if config.atomic {
+        WriteMode::AtomicAdd
+    } else {
+        WriteMode::Store
+    };
+    let mut records = Vec::with_capacity(planned.len());
+    for p in &planned {
+        let record = run_one(&pool, p, config, mode, stream.as_ref(), &host)?;
+        on_event(Event::Record(&record));
+        if let Some(w) = &mut writer {
+            w.push(record.clone())?;
+        }
+        records.push(record);
+    }
+    Ok(records)
+}
+
+/// Times one planned configuration on the pool.
+pub fn run_one(
+    pool: &Pool,
+    p: &Planned,
+    config: &ReplayConfig,
+    mode: WriteMode,
+    stream: Option<&StreamRecord>,
+    host: &Host,
+) -> Result<ReplayRecord, ReplayError> {
+    let c = &p.config;
+    let mut buffers =
+        Buffers::allocate(pool, &p.footprint).map_err(|source| ReplayError::Alloc {
+            origin: c.origin.clone(),
+            name: c.name.clone(),
+            source,
+        })?;
+    let mut clock = WallClock;
+    let times = time_series(&mut clock, config.warmup, c.nruns, &mut || {
+        kernel::execute(pool, c, &mut buffers, mode)
+    });
+    drop(buffers);
+    let summary = Summary::of(&times).unwrap_or(Summary {
+        min: f64::NAN,
+        median: f64::NAN,
+        max: f64::NAN,
+        mean: f64::NAN,
+    });
+    let bytes = c.bytes();
+    let bandwidth = bandwidth_mbs(bytes, summary.min);
+    let stream_copy = stream.map(|s| s.copy_mbs);
+    let mut notes = c.notes.clone();
+    if p.racy {
+        notes.push(format!(
+            "racy by design: {} threads may write the same element, so the sparse values are \
+             undefined; the bandwidth is valid (use --atomic for well-defined values)",
+            pool.threads()
+        ));
+    }
+    if pool.is_oversubscribed() {
+        notes.push("more threads than CPUs: bandwidth is not representative".to_string());
+    } else if !pool.is_pinned() {
+        notes.push("threads are not pinned".to_string());
+    }
+    Ok(ReplayRecord {
+        schema_version: record::SCHEMA_VERSION,
+        name: c.name.clone(),
+        kernel: c.kernel.kind(),
+        source: c.origin.source.clone(),
+        config_index: c.origin.index,
+        backend: "cpu".to_string(),
+        pattern_len: c.kernel.pattern_len(),
+        delta: c.kernel.delta(),
+        delta_scatter: match &c.kernel {
+            config::Kernel::GatherScatter { delta_scatter, .. } => Some(*delta_scatter),
+            _ => None,
+        },
+        delta_source: c.delta_source.clone(),
+        count: c.count,
+        wrap: c.wrap,
+        threads: pool.threads(),
+        ranks: 1,
+        bytes,
+        sparse_bytes: p.footprint.sparse_bytes(),
+        dense_bytes: p.footprint.dense_bytes(),
+        warmup_runs: config.warmup,
+        min_time_s: summary.min,
+        median_time_s: summary.median,
+        run_times_s: times,
+        bandwidth_mbs: bandwidth,
+        stream_copy_mbs: stream_copy,
+        pct_of_stream: stream_copy.map(|s| 100.0 * bandwidth / s),
+        racy: p.racy,
+        atomic: config.atomic && c.kernel.kind().is_scatter_like(),
+        pinned: pool.is_pinned(),
+        timer: clock.name().to_string(),
+        notes,
+        host: host.clone(),
+        mgbench_version: mgbench_version(),
+        time: now_rfc3339(),
+    })
+}

@@ -1,0 +1,141 @@
+//! Result records: one serde struct per measured configuration (and one per STREAM run), with
+//! the host facts needed to compare numbers across machines. Field names carry their units.
+//! The schema is documented in the README ("Output schema") and locked by a round-trip test;
+//! `schema_version` changes when a field changes meaning or disappears.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::KernelKind;
+use crate::sys;
+
+/// Version of the record schemas below.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The machine a measurement was taken on, and how busy it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    pub hostname: String,
+    pub cpu_model: String,
+    /// Logical CPUs this process may use.
+    pub cores: usize,
+    /// Total last-level cache, summed over instances.
+    pub llc_bytes: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    /// 1-minute load average when the record was made.
+    pub load_avg_1m: Option<f64>,
+    pub os: String,
+}
+
+impl Host {
+    /// Reads this machine's facts.
+    pub fn detect() -> Host {
+        Host {
+            hostname: sys::hostname(),
+            cpu_model: sys::cpu_model(),
+            cores: sys::allowed_cpus().len(),
+            llc_bytes: sys::last_level_cache_bytes(),
+            memory_bytes: sys::total_memory_bytes(),
+            load_avg_1m: sys::load_average_1m(),
+            os: std::env::consts::OS.to_string(),
+        }
+    }
+}
+
+/// The mgbench version written into every record.
+pub fn mgbench_version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
+
+/// Current UTC time, RFC 3339, to the second.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// One measured pattern configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayRecord {
+    pub schema_version: u32,
+    pub name: String,
+    pub kernel: KernelKind,
+    /// Pattern file (or "<command line>") and position of the config in it.
+    pub source: String,
+    pub config_index: usize,
+    /// "cpu" here; other backends write their own.
+    pub backend: String,
+    /// Indices moved per iteration on one side (inner pattern for multi-kernels).
+    pub pattern_len: usize,
+    /// Delta in elements (gs: the gather side).
+    pub delta: usize,
+    /// gs only: the scatter side's delta.
+    pub delta_scatter: Option<usize>,
+    /// Where the delta came from: "default", "config", "generator:UNIFORM",
+    /// "generator:UNIFORM:NR", "generator:LAPLACIAN" (gs: "gather=...,scatter=...").
+    pub delta_source: String,
+    pub count: usize,
+    pub wrap: usize,
+    pub threads: usize,
+    pub ranks: usize,
+    /// Bytes moved by one run: 8 x elements x count (Spatter's accounting).
+    pub bytes: u64,
+    pub sparse_bytes: u64,
+    /// One thread's dense buffer.
+    pub dense_bytes: u64,
+    pub warmup_runs: usize,
+    pub min_time_s: f64,
+    pub median_time_s: f64,
+    pub run_times_s: Vec<f64>,
+    /// bytes / min_time_s / 1e6.
+    pub bandwidth_mbs: f64,
+    pub stream_copy_mbs: Option<f64>,
+    /// bandwidth_mbs as a percentage of STREAM Copy, same threads, same invocation.
+    pub pct_of_stream: Option<f64>,
+    /// Threads may write one sparse element concurrently: values are racy by design (the
+    /// bandwidth is still meaningful). Never true with `atomic`.
+    pub racy: bool,
+    /// Scatter writes were atomic additions (`--atomic`).
+    pub atomic: bool,
+    /// Every thread was pinned to its own CPU.
+    pub pinned: bool,
+    pub timer: String,
+    pub notes: Vec<String>,
+    pub host: Host,
+    pub mgbench_version: String,
+    /// When the record was made (UTC, RFC 3339).
+    pub time: String,
+}
+
+/// One STREAM kernel's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamKernel {
+    pub name: String,
+    /// Bytes counted per run (2 or 3 words per element, STREAM's rule).
+    pub bytes: u64,
+    pub best_time_s: f64,
+    pub avg_time_s: f64,
+    pub max_time_s: f64,
+    pub bandwidth_mbs: f64,
+}
+
+/// A STREAM run (Copy, Scale, Add, Triad).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamRecord {
+    pub schema_version: u32,
+    pub copy_mbs: f64,
+    pub scale_mbs: f64,
+    pub add_mbs: f64,
+    pub triad_mbs: f64,
+    /// Elements per array.
+    pub elements: usize,
+    pub array_bytes: u64,
+    pub threads: usize,
+    /// Timed iterations including the first, which STREAM drops.
+    pub ntimes: usize,
+    pub kernels: Vec<StreamKernel>,
+    /// Results matched STREAM's expected values.
+    pub validated: bool,
+    pub pinned: bool,
+    pub notes: Vec<String>,
+    pub host: Host,
+    pub mgbench_version: String,
+    pub time: String,
+}

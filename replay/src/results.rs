@@ -1,0 +1,106 @@
+//! The results directory: one JSON file and one CSV file per invocation, rewritten after every
+//! measured configuration (write to a temporary file, then rename), so an interrupted run keeps
+//! every result measured so far and no reader ever sees a half-written file.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::export::{CsvExporter, ExportError, Exporter, JsonExporter};
+use crate::record::{ReplayRecord, StreamRecord};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResultsError {
+    #[error("cannot create results directory {path}: {source} (choose another with --out DIR)")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write results file {path}: {source} (choose another directory with --out DIR)")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Export(#[from] ExportError),
+}
+
+/// Writes results of one invocation into a directory.
+pub struct ResultsWriter {
+    json_path: PathBuf,
+    csv_path: PathBuf,
+    stream_path: PathBuf,
+    records: Vec<ReplayRecord>,
+}
+
+impl ResultsWriter {
+    /// Creates `dir` if needed and picks file names `<prefix>-<UTC time>-<pid>.{json,csv}`.
+    /// Writes empty documents at once, so an unwritable directory fails before any run.
+    pub fn create(dir: &Path, prefix: &str) -> Result<ResultsWriter, ResultsError> {
+        fs::create_dir_all(dir).map_err(|source| ResultsError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let stamp = crate::record::now_rfc3339()
+            .replace([':', '-'], "")
+            .trim_end_matches('Z')
+            .to_string();
+        let stem = format!("{prefix}-{stamp}Z-{}", std::process::id());
+        let mut w = ResultsWriter {
+            json_path: dir.join(format!("{stem}.json")),
+            csv_path: dir.join(format!("{stem}.csv")),
+            stream_path: dir.join(format!("{stem}-stream.json")),
+            records: Vec::new(),
+        };
+        w.flush()?;
+        Ok(w)
+    }
+
+    pub fn json_path(&self) -> &Path {
+        &self.json_path
+    }
+
+    pub fn csv_path(&self) -> &Path {
+        &self.csv_path
+    }
+
+    pub fn stream_path(&self) -> &Path {
+        &self.stream_path
+    }
+
+    /// Adds a record and rewrites both files.
+    pub fn push(&mut self, record: ReplayRecord) -> Result<(), ResultsError> {
+        self.records.push(record);
+        self.flush()
+    }
+
+    /// Writes the STREAM baseline of this invocation.
+    pub fn write_stream(&self, record: &StreamRecord) -> Result<(), ResultsError> {
+        write_atomically(&self.stream_path, &JsonExporter.stream(record)?)
+    }
+
+    pub fn records(&self) -> &[ReplayRecord] {
+        &self.records
+    }
+
+    fn flush(&mut self) -> Result<(), ResultsError> {
+        write_atomically(&self.json_path, &JsonExporter.replay(&self.records)?)?;
+        write_atomically(&self.csv_path, &CsvExporter.replay(&self.records)?)
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
+    let err = |source| ResultsError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = fs::File::create(&tmp).map_err(err)?;
+    f.write_all(bytes).map_err(err)?;
+    f.sync_data().map_err(err)?;
+    drop(f);
+    fs::rename(&tmp, path).map_err(err)
+}

@@ -1,0 +1,352 @@
+//! Argument definitions (clap) and their translation into library configs.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use mgbench_replay::export::TableExporter;
+use mgbench_replay::pool::Placement;
+use mgbench_replay::{
+    default_pattern_files, default_threads, Event, ExportFormat, InlineSpec, Input, ReplayConfig,
+    StreamSize,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mgbench",
+    version,
+    about = "Turn the memory behaviour of real programs into portable benchmarks",
+    long_about = None
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run gather/scatter patterns (Spatter JSON) next to a STREAM baseline.
+    Replay(Box<ReplayArgs>),
+    /// Run the STREAM benchmark (Copy, Scale, Add, Triad).
+    Stream(StreamArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+impl From<Format> for ExportFormat {
+    fn from(f: Format) -> ExportFormat {
+        match f {
+            Format::Table => ExportFormat::Table,
+            Format::Json => ExportFormat::Json,
+            Format::Csv => ExportFormat::Csv,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct ReplayArgs {
+    /// Spatter JSON pattern files (default: the shipped suite in patterns/).
+    files: Vec<PathBuf>,
+    /// Worker threads, pinned one per CPU (default: one per allowed CPU).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Timed runs per pattern; overrides each config's "nruns" (default 10).
+    #[arg(short = 'R', long)]
+    runs: Option<usize>,
+    /// Untimed warm-up runs before the timed ones.
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Output on stdout.
+    #[arg(short = 'f', long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Directory for the results files (one JSON and one CSV per invocation).
+    #[arg(short = 'o', long, default_value = "results")]
+    out: PathBuf,
+    /// Write no results files.
+    #[arg(long)]
+    no_save: bool,
+    /// Skip the STREAM baseline (no % of STREAM in the results).
+    #[arg(long)]
+    no_stream: bool,
+    /// STREAM elements per array (default: 4x the last-level cache).
+    #[arg(long, value_name = "ELEMENTS")]
+    stream_size: Option<usize>,
+    /// Make scatter writes atomic additions, so repeated indices give well-defined values.
+    #[arg(long)]
+    atomic: bool,
+    /// Let the OS place threads instead of pinning one per CPU.
+    #[arg(long)]
+    no_pin: bool,
+
+    /// Inline pattern: an integer list ("0,4,8") or a generator (UNIFORM:8:1, MS1:..., LAPLACIAN:...).
+    #[arg(short = 'p', long, value_name = "SPEC", help_heading = "Inline pattern")]
+    pattern: Option<String>,
+    /// Kernel: gather, scatter, gs, multigather, multiscatter.
+    #[arg(short = 'k', long, help_heading = "Inline pattern")]
+    kernel: Option<String>,
+    /// Elements between the starts of consecutive iterations (default 8).
+    #[arg(short = 'd', long, help_heading = "Inline pattern")]
+    delta: Option<usize>,
+    /// Iterations of the outer loop (default 1024).
+    #[arg(short = 'l', long, help_heading = "Inline pattern")]
+    count: Option<usize>,
+    /// Dense buffer rows reused cyclically (default 1).
+    #[arg(short = 'w', long, help_heading = "Inline pattern")]
+    wrap: Option<usize>,
+    /// Gather pattern of gs, or inner pattern of multigather.
+    #[arg(short = 'g', long, value_name = "SPEC", help_heading = "Inline pattern")]
+    pattern_gather: Option<String>,
+    /// Scatter pattern of gs, or inner pattern of multiscatter.
+    #[arg(short = 'u', long, value_name = "SPEC", help_heading = "Inline pattern")]
+    pattern_scatter: Option<String>,
+    /// Gather delta of gs.
+    #[arg(short = 'x', long, help_heading = "Inline pattern")]
+    delta_gather: Option<usize>,
+    /// Scatter delta of gs.
+    #[arg(short = 'y', long, help_heading = "Inline pattern")]
+    delta_scatter: Option<usize>,
+    /// Keep only the first N indices of each pattern.
+    #[arg(long, value_name = "N", help_heading = "Inline pattern")]
+    pattern_size: Option<usize>,
+    /// Take every index modulo N.
+    #[arg(short = 'b', long, value_name = "N", help_heading = "Inline pattern")]
+    boundary: Option<usize>,
+    /// Name of the inline pattern in the results.
+    #[arg(short = 'n', long, help_heading = "Inline pattern")]
+    name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct StreamArgs {
+    /// Worker threads, pinned one per CPU (default: one per allowed CPU).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Elements per array (default: 4x the last-level cache, at least 10 M).
+    #[arg(short = 's', long, value_name = "ELEMENTS")]
+    size: Option<usize>,
+    /// Iterations (NTIMES); the first is dropped.
+    #[arg(short = 'R', long, default_value_t = mgbench_replay::stream::DEFAULT_NTIMES)]
+    runs: usize,
+    /// Output on stdout.
+    #[arg(short = 'f', long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Let the OS place threads instead of pinning one per CPU.
+    #[arg(long)]
+    no_pin: bool,
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Replay(args) => replay(*args),
+        Command::Stream(args) => stream(args),
+    }
+}
+
+fn threads(requested: Option<usize>) -> Result<usize> {
+    match requested {
+        Some(0) => bail!("--threads must be at least 1"),
+        Some(n) => {
+            let cpus = default_threads();
+            if n > cpus {
+                eprintln!(
+                    "mgbench: warning: --threads {n} is more than the {cpus} CPUs available; \
+                     threads will share CPUs"
+                );
+            }
+            Ok(n)
+        }
+        None => Ok(default_threads()),
+    }
+}
+
+fn placement(no_pin: bool) -> Placement {
+    if no_pin {
+        Placement::Unpinned
+    } else {
+        Placement::Pinned
+    }
+}
+
+impl ReplayArgs {
+    fn inline_spec(&self) -> Result<Option<InlineSpec>> {
+        let spec = InlineSpec {
+            name: self.name.clone(),
+            kernel: self.kernel.clone(),
+            pattern: self.pattern.clone(),
+            pattern_gather: self.pattern_gather.clone(),
+            pattern_scatter: self.pattern_scatter.clone(),
+            delta: self.delta,
+            delta_gather: self.delta_gather,
+            delta_scatter: self.delta_scatter,
+            count: self.count,
+            wrap: self.wrap,
+            pattern_size: self.pattern_size,
+            boundary: self.boundary,
+        };
+        if spec == InlineSpec::default() {
+            return Ok(None);
+        }
+        if spec.pattern.is_none() && spec.pattern_gather.is_none() && spec.pattern_scatter.is_none()
+        {
+            bail!(
+                "inline options (--kernel, --delta, --count, ...) need a pattern: add --pattern SPEC \
+                 (or --pattern-gather/--pattern-scatter for gs)"
+            );
+        }
+        if !self.files.is_empty() {
+            bail!("give pattern files or an inline --pattern, not both");
+        }
+        Ok(Some(spec))
+    }
+
+    fn into_config(self) -> Result<(ReplayConfig, ExportFormat)> {
+        let inputs = match self.inline_spec()? {
+            Some(spec) => vec![Input::Inline(Box::new(spec))],
+            None if self.files.is_empty() => default_pattern_files()?
+                .into_iter()
+                .map(Input::File)
+                .collect(),
+            None => self.files.iter().cloned().map(Input::File).collect(),
+        };
+        if self.no_stream && self.stream_size.is_some() {
+            bail!("--stream-size has no effect with --no-stream: drop one of them");
+        }
+        let config = ReplayConfig {
+            inputs,
+            threads: threads(self.threads)?,
+            placement: placement(self.no_pin),
+            runs: self.runs,
+            warmup: self.warmup,
+            atomic: self.atomic,
+            stream_elements: match (self.no_stream, self.stream_size) {
+                (true, _) => None,
+                (false, Some(n)) => Some(StreamSize::Elements(n)),
+                (false, None) => Some(StreamSize::Auto),
+            },
+            out_dir: (!self.no_save).then_some(self.out),
+        };
+        Ok((config, self.format.into()))
+    }
+}
+
+fn replay(args: ReplayArgs) -> Result<()> {
+    let (config, format) = args.into_config()?;
+    let stdout = std::io::stdout();
+    let mut header_done = false;
+    let mut print_error: Option<std::io::Error> = None;
+    let records = mgbench_replay::replay(&config, &mut |event| {
+        let mut out = stdout.lock();
+        let res = match event {
+            Event::Planned { configs } => {
+                eprintln!(
+                    "mgbench: {configs} pattern config(s) checked; {} thread(s)",
+                    config.threads
+                );
+                Ok(())
+            }
+            Event::ResultsFiles { json, csv } => {
+                eprintln!(
+                    "mgbench: results -> {} and {}",
+                    json.display(),
+                    csv.display()
+                );
+                Ok(())
+            }
+            Event::Stream(s) if format == ExportFormat::Table => {
+                let text = format.exporter().stream(s).unwrap_or_default();
+                out.write_all(&text).and_then(|_| writeln!(out))
+            }
+            Event::Stream(s) => {
+                eprintln!(
+                    "mgbench: STREAM copy {:.1} MB/s, triad {:.1} MB/s ({} threads)",
+                    s.copy_mbs, s.triad_mbs, s.threads
+                );
+                Ok(())
+            }
+            Event::Record(r) if format == ExportFormat::Table => {
+                let mut text = String::new();
+                if !header_done {
+                    text.push_str(&TableExporter::header());
+                    header_done = true;
+                }
+                text.push_str(&TableExporter::row(r));
+                out.write_all(text.as_bytes()).and_then(|_| out.flush())
+            }
+            Event::Record(_) => Ok(()),
+        };
+        if let Err(e) = res {
+            print_error.get_or_insert(e);
+        }
+    })?;
+    if format != ExportFormat::Table {
+        let bytes = format.exporter().replay(&records)?;
+        std::io::stdout()
+            .write_all(&bytes)
+            .context("cannot write to stdout")?;
+    } else {
+        for r in records.iter().filter(|r| !r.notes.is_empty()) {
+            for n in &r.notes {
+                println!("note: {}: {n}", r.name);
+            }
+        }
+    }
+    if let Some(e) = print_error {
+        return Err(e).context("cannot write to stdout");
+    }
+    Ok(())
+}
+
+fn stream(args: StreamArgs) -> Result<()> {
+    let threads = threads(args.threads)?;
+    let size = match args.size {
+        Some(n) => StreamSize::Elements(n),
+        None => StreamSize::Auto,
+    };
+    let record = mgbench_replay::run_stream(threads, placement(args.no_pin), size, args.runs)?;
+    let format: ExportFormat = args.format.into();
+    let bytes = format.exporter().stream(&record)?;
+    std::io::stdout()
+        .write_all(&bytes)
+        .context("cannot write to stdout")?;
+    if !record.validated {
+        bail!("STREAM results failed validation (see notes above)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn inline_options_need_a_pattern() {
+        let cli = Cli::try_parse_from(["mgbench", "replay", "--delta", "4"]).unwrap();
+        let Command::Replay(args) = cli.command else {
+            panic!("expected replay");
+        };
+        let e = args.into_config().unwrap_err().to_string();
+        assert!(e.contains("--pattern"), "{e}");
+    }
+
+    #[test]
+    fn files_and_inline_pattern_conflict() {
+        let cli =
+            Cli::try_parse_from(["mgbench", "replay", "a.json", "--pattern", "UNIFORM:8:1"]).unwrap();
+        let Command::Replay(args) = cli.command else {
+            panic!("expected replay");
+        };
+        assert!(args.into_config().is_err());
+    }
+}

@@ -1,0 +1,19 @@
+//! The `mgbench` command line: parses arguments into the library crates' configs, runs them,
+//! prints results and picks the exit code. All logic lives in the library crates.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match cli::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("mgbench: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
