@@ -49,18 +49,32 @@ impl From<Format> for ExportFormat {
     }
 }
 
+/// Parses a non-negative integer flag value, with a clear message for negative numbers (which
+/// Spatter would silently wrap around).
+fn non_negative(s: &str) -> Result<usize, String> {
+    if s.trim_start().starts_with('-') {
+        return Err(format!(
+            "{s} is negative: this option takes an integer >= 0 (mgbench never wraps negative values around)"
+        ));
+    }
+    s.trim()
+        .parse::<usize>()
+        .map_err(|_| format!("{s:?} is not a non-negative integer"))
+}
+
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 struct ReplayArgs {
     /// Spatter JSON pattern files (default: the shipped suite in patterns/).
     files: Vec<PathBuf>,
     /// Worker threads, pinned one per CPU (default: one per allowed CPU).
-    #[arg(short = 't', long)]
+    #[arg(short = 't', long, value_parser = non_negative)]
     threads: Option<usize>,
     /// Timed runs per pattern; overrides each config's "nruns" (default 10).
-    #[arg(short = 'R', long)]
+    #[arg(short = 'R', long, value_parser = non_negative)]
     runs: Option<usize>,
     /// Untimed warm-up runs before the timed ones.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = non_negative)]
     warmup: usize,
     /// Output on stdout.
     #[arg(short = 'f', long, value_enum, default_value_t = Format::Table)]
@@ -75,7 +89,7 @@ struct ReplayArgs {
     #[arg(long)]
     no_stream: bool,
     /// STREAM elements per array (default: 4x the last-level cache).
-    #[arg(long, value_name = "ELEMENTS")]
+    #[arg(long, value_name = "ELEMENTS", value_parser = non_negative)]
     stream_size: Option<usize>,
     /// Make scatter writes atomic additions, so repeated indices give well-defined values.
     #[arg(long)]
@@ -85,37 +99,52 @@ struct ReplayArgs {
     no_pin: bool,
 
     /// Inline pattern: an integer list ("0,4,8") or a generator (UNIFORM:8:1, MS1:..., LAPLACIAN:...).
-    #[arg(short = 'p', long, value_name = "SPEC", help_heading = "Inline pattern")]
+    #[arg(
+        short = 'p',
+        long,
+        value_name = "SPEC",
+        help_heading = "Inline pattern"
+    )]
     pattern: Option<String>,
     /// Kernel: gather, scatter, gs, multigather, multiscatter.
     #[arg(short = 'k', long, help_heading = "Inline pattern")]
     kernel: Option<String>,
     /// Elements between the starts of consecutive iterations (default 8).
-    #[arg(short = 'd', long, help_heading = "Inline pattern")]
+    #[arg(short = 'd', long, help_heading = "Inline pattern", value_parser = non_negative)]
     delta: Option<usize>,
     /// Iterations of the outer loop (default 1024).
-    #[arg(short = 'l', long, help_heading = "Inline pattern")]
+    #[arg(short = 'l', long, help_heading = "Inline pattern", value_parser = non_negative)]
     count: Option<usize>,
     /// Dense buffer rows reused cyclically (default 1).
-    #[arg(short = 'w', long, help_heading = "Inline pattern")]
+    #[arg(short = 'w', long, help_heading = "Inline pattern", value_parser = non_negative)]
     wrap: Option<usize>,
     /// Gather pattern of gs, or inner pattern of multigather.
-    #[arg(short = 'g', long, value_name = "SPEC", help_heading = "Inline pattern")]
+    #[arg(
+        short = 'g',
+        long,
+        value_name = "SPEC",
+        help_heading = "Inline pattern"
+    )]
     pattern_gather: Option<String>,
     /// Scatter pattern of gs, or inner pattern of multiscatter.
-    #[arg(short = 'u', long, value_name = "SPEC", help_heading = "Inline pattern")]
+    #[arg(
+        short = 'u',
+        long,
+        value_name = "SPEC",
+        help_heading = "Inline pattern"
+    )]
     pattern_scatter: Option<String>,
     /// Gather delta of gs.
-    #[arg(short = 'x', long, help_heading = "Inline pattern")]
+    #[arg(short = 'x', long, help_heading = "Inline pattern", value_parser = non_negative)]
     delta_gather: Option<usize>,
     /// Scatter delta of gs.
-    #[arg(short = 'y', long, help_heading = "Inline pattern")]
+    #[arg(short = 'y', long, help_heading = "Inline pattern", value_parser = non_negative)]
     delta_scatter: Option<usize>,
     /// Keep only the first N indices of each pattern.
-    #[arg(long, value_name = "N", help_heading = "Inline pattern")]
+    #[arg(long, value_name = "N", help_heading = "Inline pattern", value_parser = non_negative)]
     pattern_size: Option<usize>,
     /// Take every index modulo N.
-    #[arg(short = 'b', long, value_name = "N", help_heading = "Inline pattern")]
+    #[arg(short = 'b', long, value_name = "N", help_heading = "Inline pattern", value_parser = non_negative)]
     boundary: Option<usize>,
     /// Name of the inline pattern in the results.
     #[arg(short = 'n', long, help_heading = "Inline pattern")]
@@ -123,15 +152,16 @@ struct ReplayArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 struct StreamArgs {
     /// Worker threads, pinned one per CPU (default: one per allowed CPU).
-    #[arg(short = 't', long)]
+    #[arg(short = 't', long, value_parser = non_negative)]
     threads: Option<usize>,
     /// Elements per array (default: 4x the last-level cache, at least 10 M).
-    #[arg(short = 's', long, value_name = "ELEMENTS")]
+    #[arg(short = 's', long, value_name = "ELEMENTS", value_parser = non_negative)]
     size: Option<usize>,
     /// Iterations (NTIMES); the first is dropped.
-    #[arg(short = 'R', long, default_value_t = mgbench_replay::stream::DEFAULT_NTIMES)]
+    #[arg(short = 'R', long, default_value_t = mgbench_replay::stream::DEFAULT_NTIMES, value_parser = non_negative)]
     runs: usize,
     /// Output on stdout.
     #[arg(short = 'f', long, value_enum, default_value_t = Format::Table)]
@@ -342,8 +372,8 @@ mod tests {
 
     #[test]
     fn files_and_inline_pattern_conflict() {
-        let cli =
-            Cli::try_parse_from(["mgbench", "replay", "a.json", "--pattern", "UNIFORM:8:1"]).unwrap();
+        let cli = Cli::try_parse_from(["mgbench", "replay", "a.json", "--pattern", "UNIFORM:8:1"])
+            .unwrap();
         let Command::Replay(args) = cli.command else {
             panic!("expected replay");
         };

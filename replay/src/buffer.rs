@@ -23,10 +23,10 @@ unsafe impl Send for Buffer {}
 unsafe impl Sync for Buffer {}
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot allocate {bytes} bytes: {source}")]
+#[error("cannot allocate {bytes} bytes: {cause}")]
 pub struct AllocError {
     pub bytes: usize,
-    pub source: std::io::Error,
+    pub cause: std::io::Error,
 }
 
 impl Buffer {
@@ -37,7 +37,7 @@ impl Buffer {
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or_else(|| AllocError {
                 bytes: usize::MAX,
-                source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+                cause: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
             })?;
         if bytes == 0 {
             return Ok(Buffer {
@@ -61,12 +61,12 @@ impl Buffer {
         if p == libc::MAP_FAILED {
             return Err(AllocError {
                 bytes,
-                source: std::io::Error::last_os_error(),
+                cause: std::io::Error::last_os_error(),
             });
         }
         let ptr = NonNull::new(p.cast::<f64>()).ok_or_else(|| AllocError {
             bytes,
-            source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+            cause: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
         })?;
         Ok(Buffer {
             ptr,

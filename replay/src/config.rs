@@ -238,10 +238,10 @@ impl Default for Defaults {
 /// What is wrong with a pattern file or one of its configs.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read pattern file {path}: {source}")]
+    #[error("cannot read pattern file {path}: {cause}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path} is a Git LFS pointer, not a pattern file: run `git lfs pull` (or fetch the real file) and try again")]
     LfsPointer { path: PathBuf },
@@ -273,9 +273,9 @@ fn name_suffix(name: &Option<String>) -> String {
 
 /// Loads and validates every config of one pattern file.
 pub fn load_file(path: &Path, defaults: &Defaults) -> Result<Vec<RunConfig>, ConfigError> {
-    let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
+    let bytes = std::fs::read(path).map_err(|cause| ConfigError::Read {
         path: path.to_path_buf(),
-        source,
+        cause,
     })?;
     parse_bytes(&bytes, path, defaults)
 }
@@ -474,9 +474,8 @@ fn read_pattern(obj: &Map<String, Value>, key: &str) -> Result<Option<Pattern>, 
             .iter()
             .enumerate()
             .map(|(i, x)| {
-                json_uint(x).map_err(|why| {
-                    PatternError::NotAnInteger(format!("element {i} ({x}): {why}"))
-                })
+                json_uint(x)
+                    .map_err(|why| PatternError::NotAnInteger(format!("element {i} ({x}): {why}")))
             })
             .collect::<Result<Vec<_>, _>>()
             .and_then(Pattern::from_list),
@@ -779,12 +778,16 @@ mod tests {
         let e = one(json!({"name": "x", "kernel": "gahter", "pattern": [1]}))
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("t.json: config #3 (\"x\"): unknown kernel"), "{e}");
+        assert!(
+            e.starts_with("t.json: config #3 (\"x\"): unknown kernel"),
+            "{e}"
+        );
     }
 
     #[test]
     fn kernel_names_case_insensitive_and_sg_alias() {
-        let c = one(json!({"kernel": "SG", "pattern-gather": [0], "pattern-scatter": [1]})).unwrap();
+        let c =
+            one(json!({"kernel": "SG", "pattern-gather": [0], "pattern-scatter": [1]})).unwrap();
         assert_eq!(c.kernel.kind(), KernelKind::GatherScatter);
         let c = one(json!({"kernel": "MultiGather", "pattern": [5, 6], "pattern-gather": [1, 0]}))
             .unwrap();

@@ -193,7 +193,10 @@ struct WrapRow {
 
 impl WrapRow {
     fn at(i: usize, wrap: usize) -> WrapRow {
-        WrapRow { row: i % wrap, wrap }
+        WrapRow {
+            row: i % wrap,
+            wrap,
+        }
     }
     #[inline(always)]
     fn advance(&mut self) {
@@ -212,8 +215,12 @@ fn store(slot: &AtomicU64, value: f64, mode: WriteMode) {
             let mut current = slot.load(Ordering::Relaxed);
             loop {
                 let next = (f64::from_bits(current) + value).to_bits();
-                match slot.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed)
-                {
+                match slot.compare_exchange_weak(
+                    current,
+                    next,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
                     Ok(_) => break,
                     Err(seen) => current = seen,
                 }
@@ -422,11 +429,13 @@ pub(crate) fn gather_scatter(
 }
 
 /// Serial reference: the DESIGN formulas, written as plainly as possible, applied to freshly
-/// initialised buffers. Returns (sparse, sparse_scatter, dense) after one pass. For tests.
+/// initialised buffers for the iterations `iters` (the whole loop is `0..count`). Returns
+/// (sparse, sparse_scatter, dense) afterwards. For tests.
 pub fn reference(
     config: &RunConfig,
     footprint: &Footprint,
     mode: WriteMode,
+    iters: std::ops::Range<usize>,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let mut sparse: Vec<f64> = (0..footprint.sparse_elems).map(sparse_init).collect();
     let mut sparse_s: Vec<f64> = (0..footprint.sparse_scatter_elems)
@@ -439,11 +448,11 @@ pub fn reference(
         WriteMode::Store => *slot = v,
         WriteMode::AtomicAdd => *slot += v,
     };
-    let (count, wrap) = (config.count, config.wrap);
+    let wrap = config.wrap;
     match &config.kernel {
         Kernel::Gather { pattern, delta } => {
             let len = pattern.len();
-            for i in 0..count {
+            for i in iters.clone() {
                 for j in 0..len {
                     dense[j + len * (i % wrap)] = sparse[pattern[j] + delta * i];
                 }
@@ -451,7 +460,7 @@ pub fn reference(
         }
         Kernel::Scatter { pattern, delta } => {
             let len = pattern.len();
-            for i in 0..count {
+            for i in iters.clone() {
                 for j in 0..len {
                     put(
                         &mut sparse[pattern[j] + delta * i],
@@ -466,7 +475,7 @@ pub fn reference(
             delta_gather,
             delta_scatter,
         } => {
-            for i in 0..count {
+            for i in iters.clone() {
                 for j in 0..gather.len() {
                     let v = sparse[gather[j] + delta_gather * i];
                     put(&mut sparse_s[scatter[j] + delta_scatter * i], v);
@@ -479,7 +488,7 @@ pub fn reference(
             delta,
         } => {
             let len = inner.len();
-            for i in 0..count {
+            for i in iters.clone() {
                 for j in 0..len {
                     dense[j + len * (i % wrap)] = sparse[outer[inner[j]] + delta * i];
                 }
@@ -491,7 +500,7 @@ pub fn reference(
             delta,
         } => {
             let len = inner.len();
-            for i in 0..count {
+            for i in iters.clone() {
                 for j in 0..len {
                     put(
                         &mut sparse[outer[inner[j]] + delta * i],

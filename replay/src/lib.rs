@@ -158,9 +158,14 @@ pub fn default_threads() -> usize {
 #[derive(Debug)]
 pub enum Event<'a> {
     /// All inputs parsed and checked.
-    Planned { configs: usize },
+    Planned {
+        configs: usize,
+    },
     /// Results files chosen.
-    ResultsFiles { json: &'a Path, csv: &'a Path },
+    ResultsFiles {
+        json: &'a Path,
+        csv: &'a Path,
+    },
     Stream(&'a StreamRecord),
     Record(&'a ReplayRecord),
 }
@@ -169,27 +174,27 @@ pub enum Event<'a> {
 pub enum ReplayError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("{origin}{}: {source}", name_part(.name))]
+    #[error("{origin}{}: {problem}", name_part(.name))]
     Plan {
         origin: Origin,
         name: String,
-        source: PlanError,
+        problem: PlanError,
     },
     #[error("no pattern files given and no default suite found (looked in {looked}): pass pattern files or --pattern SPEC")]
     NoDefaultSuite { looked: String },
     #[error(transparent)]
     Pool(#[from] PoolError),
-    #[error("STREAM baseline: {0}")]
+    #[error(transparent)]
     Stream(#[from] StreamError),
     #[error(transparent)]
     Results(#[from] ResultsError),
     #[error("--runs must be at least 1")]
     ZeroRuns,
-    #[error("{origin}{}: {source}", name_part(.name))]
+    #[error("{origin}{}: {problem}", name_part(.name))]
     Alloc {
         origin: Origin,
         name: String,
-        source: crate::buffer::AllocError,
+        problem: crate::buffer::AllocError,
     },
 }
 
@@ -236,10 +241,10 @@ pub fn plan(config: &ReplayConfig) -> Result<Vec<Planned>, ReplayError> {
             if let Some(r) = config.runs {
                 c.nruns = r;
             }
-            let fail = |source| ReplayError::Plan {
+            let fail = |problem| ReplayError::Plan {
                 origin: c.origin.clone(),
                 name: c.name.clone(),
-                source,
+                problem,
             };
             let footprint = plan::footprint(&c).map_err(fail)?;
             plan::check_memory(&c, &footprint, config.threads, available).map_err(fail)?;
@@ -378,10 +383,10 @@ pub fn run_one(
 ) -> Result<ReplayRecord, ReplayError> {
     let c = &p.config;
     let mut buffers =
-        Buffers::allocate(pool, &p.footprint).map_err(|source| ReplayError::Alloc {
+        Buffers::allocate(pool, &p.footprint).map_err(|problem| ReplayError::Alloc {
             origin: c.origin.clone(),
             name: c.name.clone(),
-            source,
+            problem,
         })?;
     let mut clock = WallClock;
     let times = time_series(&mut clock, config.warmup, c.nruns, &mut || {

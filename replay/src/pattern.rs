@@ -167,7 +167,12 @@ const UNIFORM_USAGE: &str = "UNIFORM:len:stride[:delta|:NR]";
 const MS1_USAGE: &str = "MS1:len:locations:gaps (locations and gaps comma-separated)";
 const LAPLACIAN_USAGE: &str = "LAPLACIAN:dim:order:n";
 
-fn malformed(generator: &'static str, usage: &'static str, spec: &str, why: String) -> PatternError {
+fn malformed(
+    generator: &'static str,
+    usage: &'static str,
+    spec: &str,
+    why: String,
+) -> PatternError {
     PatternError::Malformed {
         generator,
         spec: spec.to_string(),
@@ -430,7 +435,10 @@ mod tests {
     fn lists() {
         assert_eq!(idx("1,2,3"), vec![1, 2, 3]);
         assert_eq!(idx(" 4, 5 ,6 "), vec![4, 5, 6]);
-        assert_eq!(Pattern::parse("1,-2"), Err(PatternError::Negative("-2".into())));
+        assert_eq!(
+            Pattern::parse("1,-2"),
+            Err(PatternError::Negative("-2".into()))
+        );
         assert!(matches!(
             Pattern::parse("1,x"),
             Err(PatternError::NotAnInteger(_))

@@ -43,7 +43,11 @@ impl Footprint {
 pub struct PlanError(pub String);
 
 /// Number of sparse elements a pattern needs: max + delta*(count-1) + 1, in 128 bits.
-fn sparse_len(pattern: impl IntoIterator<Item = usize>, delta: usize, count: usize) -> (u128, u128) {
+fn sparse_len(
+    pattern: impl IntoIterator<Item = usize>,
+    delta: usize,
+    count: usize,
+) -> (u128, u128) {
     let max = pattern.into_iter().max().unwrap_or(0) as u128;
     (max, max + delta as u128 * (count as u128 - 1) + 1)
 }
@@ -128,9 +132,9 @@ pub fn check_memory(
             (p.into_iter().max().unwrap_or(0), d)
         };
         return Err(PlanError(format!(
-            "needs {} ({need} bytes: sparse buffer of {} elements = largest index {max} + delta \
-             {delta} x (count {} - 1) + 1, plus dense buffers of {} elements x {threads} threads) \
-             but only {} is available; {BOUND_HINT}",
+            "needs {} (a sparse buffer of {} elements = largest index {max} + delta {delta} x \
+             (count {} - 1) + 1, and {} dense elements x {threads} threads) but only {} is \
+             available; {BOUND_HINT}",
             human_bytes(need),
             footprint.sparse_elems as u128 + footprint.sparse_scatter_elems as u128,
             config.count,

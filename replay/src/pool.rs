@@ -69,11 +69,8 @@ pub enum Placement {
 pub enum PoolError {
     #[error("--threads must be at least 1")]
     ZeroThreads,
-    #[error("cannot start worker thread {index}: {source}")]
-    Spawn {
-        index: usize,
-        source: std::io::Error,
-    },
+    #[error("cannot start worker thread {index}: {cause}")]
+    Spawn { index: usize, cause: std::io::Error },
 }
 
 impl Pool {
@@ -122,7 +119,7 @@ impl Pool {
                     let _ = ready.send(ok);
                     worker_loop(&shared, tid);
                 })
-                .map_err(|source| PoolError::Spawn { index: tid, source })?;
+                .map_err(|cause| PoolError::Spawn { index: tid, cause })?;
             pool.handles.push(handle);
         }
         drop(ready_tx);

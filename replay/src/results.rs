@@ -11,15 +11,15 @@ use crate::record::{ReplayRecord, StreamRecord};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
-    #[error("cannot create results directory {path}: {source} (choose another with --out DIR)")]
+    #[error("cannot create results directory {path}: {cause} (choose another with --out DIR)")]
     CreateDir {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("cannot write results file {path}: {source} (choose another directory with --out DIR)")]
+    #[error("cannot write results file {path}: {cause} (choose another directory with --out DIR)")]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error(transparent)]
     Export(#[from] ExportError),
@@ -37,9 +37,9 @@ impl ResultsWriter {
     /// Creates `dir` if needed and picks file names `<prefix>-<UTC time>-<pid>.{json,csv}`.
     /// Writes empty documents at once, so an unwritable directory fails before any run.
     pub fn create(dir: &Path, prefix: &str) -> Result<ResultsWriter, ResultsError> {
-        fs::create_dir_all(dir).map_err(|source| ResultsError::CreateDir {
+        fs::create_dir_all(dir).map_err(|cause| ResultsError::CreateDir {
             path: dir.to_path_buf(),
-            source,
+            cause,
         })?;
         let stamp = crate::record::now_rfc3339()
             .replace([':', '-'], "")
@@ -91,9 +91,9 @@ impl ResultsWriter {
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
-    let err = |source| ResultsError::Write {
+    let err = |cause| ResultsError::Write {
         path: path.to_path_buf(),
-        source,
+        cause,
     };
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");

@@ -11,8 +11,10 @@ use crate::kernel::{split, split_mut};
 use crate::measure::{bandwidth_mbs, Measurement, Summary, WallClock};
 use crate::plan::human_bytes;
 use crate::pool::Pool;
+use crate::record::{
+    mgbench_version, now_rfc3339, Host, StreamKernel, StreamRecord, SCHEMA_VERSION,
+};
 use crate::simd;
-use crate::record::{mgbench_version, now_rfc3339, Host, StreamKernel, StreamRecord, SCHEMA_VERSION};
 
 /// STREAM's NTIMES.
 pub const DEFAULT_NTIMES: usize = 10;
@@ -47,7 +49,7 @@ pub enum StreamError {
     #[error("--size {0} elements overflows this machine's address space")]
     Overflow(usize),
     #[error("STREAM arrays: {0}")]
-    Alloc(#[from] AllocError),
+    Alloc(AllocError),
 }
 
 /// Default elements per array: 4x the last-level cache, at least 10 M; and a note saying how.
@@ -105,9 +107,9 @@ pub fn run(
         }
     }
 
-    let mut a = Buffer::zeroed(n)?;
-    let mut b = Buffer::zeroed(n)?;
-    let mut c = Buffer::zeroed(n)?;
+    let mut a = Buffer::zeroed(n).map_err(StreamError::Alloc)?;
+    let mut b = Buffer::zeroed(n).map_err(StreamError::Alloc)?;
+    let mut c = Buffer::zeroed(n).map_err(StreamError::Alloc)?;
     // First touch in parallel, as STREAM's OpenMP initialisation does.
     {
         let mut work: Vec<_> = split_mut(&mut a, threads)

@@ -5,13 +5,22 @@
 use std::fs;
 
 /// CPUs this process may run on, in ascending order (honours taskset/cgroup masks).
-#[cfg(target_os = "linux")]
+///
+/// Read once and cached: the pool later pins the calling thread to one CPU, and Linux reports
+/// a pinned thread's own mask, which would make a second read return a single CPU.
 pub fn allowed_cpus() -> Vec<usize> {
+    static CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    CPUS.get_or_init(read_allowed_cpus).clone()
+}
+
+#[cfg(target_os = "linux")]
+fn read_allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is its documented empty state, and
     // sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 means the calling thread; the pointer and size describe `set`.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return fallback_cpus();
     }
@@ -27,7 +36,7 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn allowed_cpus() -> Vec<usize> {
+fn read_allowed_cpus() -> Vec<usize> {
     fallback_cpus()
 }
 
@@ -39,7 +48,7 @@ fn fallback_cpus() -> Vec<usize> {
 /// The calling thread's current affinity mask, to restore later.
 #[cfg(target_os = "linux")]
 pub fn current_affinity() -> Option<Vec<usize>> {
-    let cpus = allowed_cpus();
+    let cpus = read_allowed_cpus();
     (!cpus.is_empty()).then_some(cpus)
 }
 
@@ -104,7 +113,11 @@ pub fn last_level_cache_bytes() -> Option<u64> {
         };
         for idx in caches.flatten() {
             let p = idx.path();
-            let read = |f: &str| fs::read_to_string(p.join(f)).ok().map(|s| s.trim().to_string());
+            let read = |f: &str| {
+                fs::read_to_string(p.join(f))
+                    .ok()
+                    .map(|s| s.trim().to_string())
+            };
             let (Some(level), Some(kind), Some(size), shared) = (
                 read("level").and_then(|l| l.parse::<u32>().ok()),
                 read("type"),

@@ -88,7 +88,7 @@ fn host_cells(h: &Host) -> Vec<String> {
 
 fn finish(w: ::csv::Writer<Vec<u8>>) -> Result<Vec<u8>, ExportError> {
     w.into_inner()
-        .map_err(|e| ExportError::CsvFlush(e.error().to_string()))
+        .map_err(|e| ExportError::Csv(e.error().to_string()))
 }
 
 impl Exporter for CsvExporter {

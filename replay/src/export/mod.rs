@@ -5,7 +5,9 @@ mod csv;
 mod json;
 mod table;
 
-pub use self::csv::CsvExporter;
+pub use self::csv::{
+    CsvExporter, REPLAY_COLUMNS as REPLAY_CSV_COLUMNS, STREAM_COLUMNS as STREAM_CSV_COLUMNS,
+};
 pub use self::json::JsonExporter;
 pub use self::table::TableExporter;
 
@@ -32,11 +34,22 @@ impl ExportFormat {
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     #[error("cannot encode results as JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(String),
     #[error("cannot encode results as CSV: {0}")]
-    Csv(#[from] ::csv::Error),
-    #[error("cannot encode results as CSV: {0}")]
-    CsvFlush(String),
+    Csv(String),
+}
+
+// Messages carry the underlying error's text, so no `source()` chain repeats it.
+impl From<serde_json::Error> for ExportError {
+    fn from(e: serde_json::Error) -> Self {
+        ExportError::Json(e.to_string())
+    }
+}
+
+impl From<::csv::Error> for ExportError {
+    fn from(e: ::csv::Error) -> Self {
+        ExportError::Csv(e.to_string())
+    }
 }
 
 /// Turns records into the bytes of one output format.

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what mgbench needs to build, test and benchmark on a fresh Debian 12 machine.
+# Idempotent: installs only what is missing. Needs root (or sudo) for apt-get.
+#
+#   scripts/setup.sh
+set -euo pipefail
+
+# Debian packages and the command that proves each is present.
+packages=()
+need() { command -v "$1" >/dev/null 2>&1 || packages+=("$2"); }
+need gcc build-essential       # C reference loops (scripts/bench) and -sys crates
+need python3 python3           # scripts/*.py
+
+if [ "${#packages[@]}" -gt 0 ]; then
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || { echo "setup: need root or sudo to install: ${packages[*]}" >&2; exit 1; }
+        sudo="sudo"
+    fi
+    echo "setup: installing ${packages[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${packages[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "setup: cargo not found: install Rust (https://rustup.rs) and re-run" >&2
+    exit 1
+fi
+echo "setup: ok ($(cargo --version), $(gcc --version | head -n1))"

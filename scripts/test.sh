@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite: unit, integration and CLI tests of every crate.
+#
+#   scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo test --workspace --all-targets
+cargo test --workspace --doc
