@@ -360,6 +360,22 @@ pub(crate) fn multi_gather(
     });
 }
 
+/// Calls `body(i, row)` for each iteration with the dense row it reads (scatter side).
+#[inline(always)]
+fn for_each_source_row<F: FnMut(usize, &[f64])>(
+    dense: &[f64],
+    len: usize,
+    wrap: usize,
+    iters: std::ops::Range<usize>,
+    mut body: F,
+) {
+    let mut row = WrapRow::at(iters.start, wrap);
+    for i in iters {
+        body(i, &dense[len * row.row..len * (row.row + 1)]);
+        row.advance();
+    }
+}
+
 pub(crate) fn scatter(
     sparse: &[AtomicU64],
     dense: &[f64],
@@ -369,20 +385,16 @@ pub(crate) fn scatter(
     iters: std::ops::Range<usize>,
     mode: WriteMode,
 ) {
-    let len = pattern.len();
     if !block_fits("scatter", pattern, delta, &iters, sparse.len()) {
         return;
     }
-    let mut row = WrapRow::at(iters.start, wrap);
-    for i in iters {
+    for_each_source_row(dense, pattern.len(), wrap, iters, |i, src| {
         let base = delta * i;
-        let src = &dense[len * row.row..len * (row.row + 1)];
         for (&v, &p) in src.iter().zip(pattern) {
             // SAFETY: base + p < sparse.len(), checked by block_fits above.
             store(unsafe { sparse.get_unchecked(base + p) }, v, mode);
         }
-        row.advance();
-    }
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -396,16 +408,12 @@ pub(crate) fn multi_scatter(
     iters: std::ops::Range<usize>,
     mode: WriteMode,
 ) {
-    let len = inner.len();
-    let mut row = WrapRow::at(iters.start, wrap);
-    for i in iters {
+    for_each_source_row(dense, inner.len(), wrap, iters, |i, src| {
         let dst = &sparse[delta * i..];
-        let src = &dense[len * row.row..len * (row.row + 1)];
         for (&v, &k) in src.iter().zip(inner) {
             store(&dst[outer[k]], v, mode);
         }
-        row.advance();
-    }
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
