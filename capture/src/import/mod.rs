@@ -1,0 +1,238 @@
+//! Importers: traces recorded by other tools, converted into mgbench traces.
+//!
+//! - `gspin`: the gs_patterns / DynamoRIO memtrace record stream: packed 12-byte records
+//!   `u16 type, u16 size, u64 addr` (little endian), optionally gzip-compressed. Type 0 is a
+//!   read, 1 a write; types 0xa..=0x10 and 0x1e are instruction records whose address is the
+//!   pc of the accesses that follow; other types are ignored.
+//! - `lackey`: Valgrind `--tool=lackey --trace-mem=yes` output: `I  addr,size`, ` L addr,size`,
+//!   ` S addr,size`, ` M addr,size` (modify: a load and a store), hex without 0x; `==pid==`
+//!   lines are skipped.
+//! - `memgaze`: MemGaze text traces, one access per line: `ip addr cpu time sample [dso]`;
+//!   the cpu becomes the thread and consecutive lines with one sample id form a sample.
+//!
+//! All importers stream: input is read in pieces and written out in chunks.
+
+mod gspin;
+mod lackey;
+mod memgaze;
+
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+
+use crate::trace::{Access, Chunk, Mode, SampleHeader, TraceMeta, TraceWriter};
+
+pub use gspin::import_gspin;
+pub use lackey::import_lackey;
+pub use memgaze::import_memgaze;
+
+/// The formats `mgbench import --from` accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportKind {
+    Gspin,
+    Lackey,
+    Memgaze,
+}
+
+impl ImportKind {
+    pub fn parse(s: &str) -> Option<ImportKind> {
+        match s.to_ascii_lowercase().as_str() {
+            "gspin" | "gs_patterns" | "dynamorio" => Some(ImportKind::Gspin),
+            "lackey" | "valgrind" => Some(ImportKind::Lackey),
+            "memgaze" => Some(ImportKind::Memgaze),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ImportKind::Gspin => "gspin",
+            ImportKind::Lackey => "lackey",
+            ImportKind::Memgaze => "memgaze",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("cannot read input: {0}")]
+    Io(#[source] io::Error),
+    #[error("cannot write trace: {0}")]
+    Write(#[source] io::Error),
+    #[error("line {line}: {what}")]
+    Parse { line: u64, what: String },
+    #[error("input holds no memory accesses")]
+    Empty,
+}
+
+/// What an import produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportSummary {
+    pub accesses: u64,
+    pub threads: usize,
+    pub samples: u64,
+    /// Input records or lines that were not accesses and were skipped, by description.
+    pub ignored: BTreeMap<String, u64>,
+}
+
+/// Opens `input` for reading, transparently decompressing gzip (detected by its magic).
+pub fn maybe_gunzip<'a, R: Read + 'a>(input: R) -> io::Result<Box<dyn BufRead + 'a>> {
+    let mut buf = BufReader::with_capacity(1 << 20, input);
+    let head = buf.fill_buf()?;
+    if head.len() >= 2 && head[0] == 0x1f && head[1] == 0x8b {
+        Ok(Box::new(BufReader::with_capacity(
+            1 << 20,
+            flate2::bufread::MultiGzDecoder::new(buf),
+        )))
+    } else {
+        Ok(Box::new(buf))
+    }
+}
+
+/// Runs the importer for `kind`.
+pub fn import<W: Write>(
+    kind: ImportKind,
+    input: impl Read,
+    writer: &mut TraceWriter<W>,
+) -> Result<ImportSummary, ImportError> {
+    let input = maybe_gunzip(input).map_err(ImportError::Io)?;
+    match kind {
+        ImportKind::Gspin => import_gspin(input, writer),
+        ImportKind::Lackey => import_lackey(input, writer),
+        ImportKind::Memgaze => import_memgaze(input, writer),
+    }
+}
+
+/// Metadata for an imported trace.
+pub fn import_meta(kind: ImportKind, source: &str, mode: Mode) -> TraceMeta {
+    TraceMeta {
+        command: vec![source.to_string()],
+        backend: format!("import:{}", kind.name()),
+        mode,
+        start_time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        roi: None,
+        notes: vec![],
+    }
+}
+
+/// Accesses per chunk written by importers.
+const CHUNK_ACCESSES: usize = 1 << 16;
+
+/// Collects accesses per thread and writes a chunk whenever one fills up. Samples are
+/// delimited by the caller (`end_sample`); full traces use one sample per chunk.
+pub(crate) struct ChunkBuilder {
+    open: BTreeMap<u32, Chunk>,
+    /// Accesses in the current (unfinished) sample of each thread, and its id and skip.
+    current: BTreeMap<u32, (u64, u64, u32)>,
+    next_sample: BTreeMap<u32, u64>,
+    pub summary: ImportSummary,
+}
+
+impl ChunkBuilder {
+    pub fn new() -> ChunkBuilder {
+        ChunkBuilder {
+            open: BTreeMap::new(),
+            current: BTreeMap::new(),
+            next_sample: BTreeMap::new(),
+            summary: ImportSummary::default(),
+        }
+    }
+
+    /// Adds an access to `thread`'s current sample (opening one if needed).
+    pub fn push<W: Write>(
+        &mut self,
+        thread: u32,
+        access: Access,
+        w: &mut TraceWriter<W>,
+    ) -> Result<(), ImportError> {
+        if !self.current.contains_key(&thread) {
+            self.start_sample(thread, None, 0);
+        }
+        let chunk = self.open.entry(thread).or_insert_with(|| Chunk {
+            thread,
+            ..Chunk::default()
+        });
+        chunk.accesses.push(access);
+        if let Some(cur) = self.current.get_mut(&thread) {
+            cur.2 += 1;
+        }
+        self.summary.accesses += 1;
+        if chunk.accesses.len() >= CHUNK_ACCESSES {
+            // Close the sample part that is in this chunk; it continues in the next one
+            // with the same id and no skip.
+            self.close_sample_part(thread);
+            self.flush_thread(thread, w)?;
+            if let Some(cur) = self.current.get_mut(&thread) {
+                cur.1 = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a new sample for `thread` with an explicit id (or the next one) and skip count.
+    pub fn start_sample(&mut self, thread: u32, id: Option<u64>, skipped_before: u64) {
+        self.close_sample_part(thread);
+        self.current.remove(&thread);
+        let next = self.next_sample.entry(thread).or_insert(0);
+        let id = id.unwrap_or(*next);
+        *next = id + 1;
+        self.summary.samples += 1;
+        self.current.insert(thread, (id, skipped_before, 0));
+    }
+
+    fn close_sample_part(&mut self, thread: u32) {
+        if let Some(&(id, skipped, len)) = self.current.get(&thread) {
+            if len > 0 {
+                let chunk = self.open.entry(thread).or_insert_with(|| Chunk {
+                    thread,
+                    ..Chunk::default()
+                });
+                chunk.samples.push(SampleHeader {
+                    id,
+                    skipped_before: skipped,
+                    len,
+                });
+            }
+            self.current.insert(thread, (id, skipped, 0));
+        }
+    }
+
+    fn flush_thread<W: Write>(
+        &mut self,
+        thread: u32,
+        w: &mut TraceWriter<W>,
+    ) -> Result<(), ImportError> {
+        if let Some(chunk) = self.open.remove(&thread) {
+            if !chunk.accesses.is_empty() {
+                w.write_chunk(&chunk).map_err(ImportError::Write)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn ignore(&mut self, what: &str) {
+        *self.summary.ignored.entry(what.to_string()).or_insert(0) += 1;
+    }
+
+    /// Writes everything still open and returns the summary.
+    pub fn finish<W: Write>(
+        mut self,
+        w: &mut TraceWriter<W>,
+    ) -> Result<ImportSummary, ImportError> {
+        let threads: Vec<u32> = self.open.keys().copied().collect();
+        for t in threads
+            .iter()
+            .copied()
+            .chain(self.current.keys().copied().collect::<Vec<_>>())
+        {
+            self.close_sample_part(t);
+            self.flush_thread(t, w)?;
+        }
+        let mut seen: Vec<u32> = self.next_sample.keys().copied().collect();
+        seen.dedup();
+        self.summary.threads = seen.len();
+        if self.summary.accesses == 0 {
+            return Err(ImportError::Empty);
+        }
+        Ok(self.summary)
+    }
+}

@@ -1,0 +1,142 @@
+//! Streaming trace writer: a header, then one frame per call; nothing is held back.
+
+use std::io::{self, Write};
+
+use super::codec::encode_chunk;
+use super::{Chunk, EndInfo, Mapping, TraceMeta, MAGIC, VERSION};
+
+/// Frame kinds (see capture/README.md).
+pub(crate) const FRAME_MAPPINGS: u8 = 1;
+pub(crate) const FRAME_CHUNK: u8 = 2;
+pub(crate) const FRAME_END: u8 = 3;
+pub(crate) const FRAME_NOTE: u8 = 4;
+pub(crate) const FRAME_MAGIC: [u8; 2] = *b"MF";
+/// Largest frame payload accepted by readers.
+pub(crate) const MAX_FRAME: u32 = 256 << 20;
+
+/// zstd level for chunks: fast enough to keep up with a traced program.
+pub const DEFAULT_LEVEL: i32 = 1;
+
+/// Writes a trace to any `Write`, frame by frame.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    level: i32,
+    recorded: u64,
+    skipped: u64,
+    bytes: u64,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the header and returns the writer.
+    pub fn create(mut out: W, meta: &TraceMeta) -> io::Result<TraceWriter<W>> {
+        let json = serde_json::to_vec(meta).map_err(io::Error::other)?;
+        let mut head = Vec::with_capacity(20 + json.len());
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&VERSION.to_le_bytes());
+        head.extend_from_slice(&0u16.to_le_bytes());
+        head.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        head.extend_from_slice(&crc32fast::hash(&json).to_le_bytes());
+        head.extend_from_slice(&json);
+        out.write_all(&head)?;
+        Ok(TraceWriter {
+            out,
+            level: super::writer::DEFAULT_LEVEL,
+            recorded: 0,
+            skipped: 0,
+            bytes: head.len() as u64,
+        })
+    }
+
+    /// Appends frames to an existing trace (its header already written), e.g. to add the end
+    /// frame after a backend's writer has finished.
+    pub fn append(out: W) -> TraceWriter<W> {
+        TraceWriter {
+            out,
+            level: DEFAULT_LEVEL,
+            recorded: 0,
+            skipped: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Sets the zstd level for chunks written from now on.
+    pub fn set_level(&mut self, level: i32) {
+        self.level = level;
+    }
+
+    /// Encodes and writes one chunk.
+    pub fn write_chunk(&mut self, chunk: &Chunk) -> io::Result<()> {
+        let payload = encode_chunk(chunk, self.level);
+        self.write_encoded_chunk(&payload, chunk)
+    }
+
+    /// Writes a chunk encoded elsewhere (e.g. on another thread); `chunk` supplies the counts.
+    pub fn write_encoded_chunk(&mut self, payload: &[u8], chunk: &Chunk) -> io::Result<()> {
+        self.frame(FRAME_CHUNK, payload)?;
+        self.recorded += chunk.accesses.len() as u64;
+        self.skipped += chunk.samples.iter().map(|s| s.skipped_before).sum::<u64>();
+        Ok(())
+    }
+
+    /// Writes the process's mappings (a full snapshot; readers use the union).
+    pub fn write_mappings(&mut self, mappings: &[Mapping]) -> io::Result<()> {
+        let json = serde_json::to_vec(mappings).map_err(io::Error::other)?;
+        self.frame(FRAME_MAPPINGS, &json)
+    }
+
+    /// Writes a free-form note (a warning or error met while capturing).
+    pub fn write_note(&mut self, note: &str) -> io::Result<()> {
+        let json = serde_json::to_vec(note).map_err(io::Error::other)?;
+        self.frame(FRAME_NOTE, &json)
+    }
+
+    /// Writes the end frame and flushes.
+    pub fn write_end(&mut self, end: &EndInfo) -> io::Result<()> {
+        let json = serde_json::to_vec(end).map_err(io::Error::other)?;
+        self.frame(FRAME_END, &json)?;
+        self.out.flush()
+    }
+
+    /// Accesses and skipped accesses written so far by this writer.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.recorded, self.skipped)
+    }
+
+    /// Bytes written so far by this writer.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    fn frame(&mut self, kind: u8, payload: &[u8]) -> io::Result<()> {
+        if payload.len() as u64 > u64::from(MAX_FRAME) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "frame of {} bytes exceeds the format's limit",
+                    payload.len()
+                ),
+            ));
+        }
+        let mut head = [0u8; 12];
+        head[0..2].copy_from_slice(&FRAME_MAGIC);
+        head[2] = kind;
+        head[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        head[8..12].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        // One buffer, one write: a kill between header and payload is still possible, and
+        // readers detect it by length and CRC.
+        let mut buf = Vec::with_capacity(12 + payload.len());
+        buf.extend_from_slice(&head);
+        buf.extend_from_slice(payload);
+        self.out.write_all(&buf)?;
+        self.bytes += buf.len() as u64;
+        Ok(())
+    }
+}
