@@ -10,7 +10,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match cli::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(status) => ExitCode::from(u8::try_from(status.clamp(0, 255)).unwrap_or(1)),
         Err(err) => {
             eprintln!("mgbench: {err:#}");
             ExitCode::FAILURE

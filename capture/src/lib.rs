@@ -33,5 +33,9 @@
 //! assert_eq!(r.next_frame().unwrap(), Some(Frame::Chunk(chunk)));
 //! ```
 
+#[cfg(feature = "backends")]
+pub mod backend;
 pub mod import;
+pub mod stats;
+pub mod symbols;
 pub mod trace;

@@ -63,12 +63,14 @@ pub fn import_lackey<W: Write>(
                     }
                 }
             }
-            _ => return Err(ImportError::Parse {
-                line: line_no,
-                what: format!(
+            _ => {
+                return Err(ImportError::Parse {
+                    line: line_no,
+                    what: format!(
                     "unrecognised line {line:?}: expected lackey's `I`, ` L`, ` S` or ` M` records"
                 ),
-            }),
+                })
+            }
         }
     }
     b.finish(w)

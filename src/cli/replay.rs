@@ -1,10 +1,10 @@
-//! Argument definitions (clap) and their translation into library configs.
+//! `mgbench replay` and `mgbench stream`: arguments and their translation into replay configs.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, ValueEnum};
 use mgbench_replay::export::TableExporter;
 use mgbench_replay::pool::Placement;
 use mgbench_replay::{
@@ -12,28 +12,8 @@ use mgbench_replay::{
     StreamSize,
 };
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "mgbench",
-    version,
-    about = "Turn the memory behaviour of real programs into portable benchmarks",
-    long_about = None
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Run gather/scatter patterns (Spatter JSON) next to a STREAM baseline.
-    Replay(Box<ReplayArgs>),
-    /// Run the STREAM benchmark (Copy, Scale, Add, Triad).
-    Stream(StreamArgs),
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Format {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
     Table,
     Json,
     Csv,
@@ -51,7 +31,7 @@ impl From<Format> for ExportFormat {
 
 /// Parses a non-negative integer flag value, with a clear message for negative numbers (which
 /// Spatter would silently wrap around).
-fn non_negative(s: &str) -> Result<usize, String> {
+pub(crate) fn non_negative(s: &str) -> Result<usize, String> {
     if s.trim_start().starts_with('-') {
         return Err(format!(
             "{s} is negative: this option takes an integer >= 0 (mgbench never wraps negative values around)"
@@ -64,7 +44,7 @@ fn non_negative(s: &str) -> Result<usize, String> {
 
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
-struct ReplayArgs {
+pub struct ReplayArgs {
     /// Spatter JSON pattern files (default: the shipped suite in patterns/).
     files: Vec<PathBuf>,
     /// Worker threads, pinned one per CPU (default: one per allowed CPU).
@@ -153,7 +133,7 @@ struct ReplayArgs {
 
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
-struct StreamArgs {
+pub struct StreamArgs {
     /// Worker threads, pinned one per CPU (default: one per allowed CPU).
     #[arg(short = 't', long, value_parser = non_negative)]
     threads: Option<usize>,
@@ -169,13 +149,6 @@ struct StreamArgs {
     /// Let the OS place threads instead of pinning one per CPU.
     #[arg(long)]
     no_pin: bool,
-}
-
-pub fn run(cli: Cli) -> Result<()> {
-    match cli.command {
-        Command::Replay(args) => replay(*args),
-        Command::Stream(args) => stream(args),
-    }
 }
 
 fn threads(requested: Option<usize>) -> Result<usize> {
@@ -265,7 +238,7 @@ impl ReplayArgs {
     }
 }
 
-fn replay(args: ReplayArgs) -> Result<()> {
+pub fn replay(args: ReplayArgs) -> Result<()> {
     let (config, format) = args.into_config()?;
     let stdout = std::io::stdout();
     let mut header_done = false;
@@ -332,7 +305,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     Ok(())
 }
 
-fn stream(args: StreamArgs) -> Result<()> {
+pub fn stream(args: StreamArgs) -> Result<()> {
     let threads = threads(args.threads)?;
     let size = match args.size {
         Some(n) => StreamSize::Elements(n),
@@ -352,13 +325,8 @@ fn stream(args: StreamArgs) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn cli_definition_is_consistent() {
-        Cli::command().debug_assert();
-    }
+    use super::super::{Cli, Command};
+    use clap::Parser;
 
     #[test]
     fn inline_options_need_a_pattern() {

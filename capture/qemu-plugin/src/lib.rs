@@ -1,0 +1,756 @@
+//! mgbench's QEMU user-mode plugin: records every memory access of the guest (or MemGaze-style
+//! samples of them) into an mgbench trace.
+//!
+//! Loaded by `mgbench capture` as
+//! `qemu-x86_64 -plugin libmgbench_qemu_plugin.so,out=TRACE,status=FILE[,window=W,period=P]
+//! [,roi=START:END,...,exe=PATH,exe_base=A,roi_mode=inclusive|exclusive] PROGRAM ARGS`.
+//! mgbench writes the trace header; the plugin appends frames; mgbench appends the end frame.
+//!
+//! Each guest thread is a QEMU vCPU with its own state: a buffer of raw accesses and the
+//! sampling counters. The memory callback does a few loads, a compare and a store; when a
+//! buffer fills (64 Ki accesses) it goes to a writer thread that encodes, compresses and
+//! appends it. QEMU does not call plugin exit hooks when the guest dies from a signal, so at
+//! most one buffer per thread plus the writer queue is lost then; the file stays readable.
+//!
+//! Sampling (MemGaze): each thread records `window` accesses, then skips `period - window`,
+//! counting them, and so on. ROI: with exclusive mode only instructions inside the ROI ranges
+//! are instrumented; inclusive mode counts calls into the ranges (entry executions minus `ret`
+//! executions inside them) and records while that depth is positive, so callees count.
+
+mod sys;
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::fs::OpenOptions;
+use std::io::BufWriter;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use mgbench_capture::trace::{Access, AccessKind, Chunk, Mapping, SampleHeader, TraceWriter};
+
+use sys::*;
+
+/// The plugin API version this plugin was written against (QEMU 7.2).
+#[no_mangle]
+pub static qemu_plugin_version: c_int = 1;
+
+/// Accesses buffered per thread before a chunk is handed to the writer.
+const BUFFER: usize = 1 << 16;
+/// Chunks in flight to the writer before vCPU threads wait (bounds memory and loss).
+const QUEUE: usize = 4;
+/// vCPU indices the plugin can track (guest threads over the program's lifetime).
+const MAX_VCPUS: usize = 1 << 16;
+
+/// One recorded access before decoding: QEMU's meminfo is decoded on the writer thread.
+#[derive(Clone, Copy)]
+struct RawAccess {
+    ip: u64,
+    addr: u64,
+    info: u32,
+}
+
+enum Msg {
+    Chunk {
+        thread: u32,
+        samples: Vec<SampleHeader>,
+        accesses: Vec<RawAccess>,
+    },
+    Mappings(Vec<Mapping>),
+    Note(String),
+    Shutdown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RoiMode {
+    None,
+    Exclusive,
+    Inclusive,
+}
+
+struct Config {
+    out: String,
+    status: Option<String>,
+    window: u64,
+    period: u64,
+    roi: Vec<(u64, u64)>,
+    /// Position-independent program: its path and the link address of its file offset 0.
+    exe: Option<String>,
+    exe_base: u64,
+    roi_mode: RoiMode,
+    level: i32,
+}
+
+impl Config {
+    fn parse(args: &[String]) -> Result<Config, String> {
+        let mut c = Config {
+            out: String::new(),
+            status: None,
+            window: u64::MAX,
+            period: u64::MAX,
+            roi: Vec::new(),
+            exe: None,
+            exe_base: 0,
+            roi_mode: RoiMode::None,
+            level: 1,
+        };
+        let num = |k: &str, v: &str| -> Result<u64, String> {
+            let parsed = match v.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16),
+                None => v.parse(),
+            };
+            parsed.map_err(|_| format!("{k}={v}: not a number"))
+        };
+        for a in args {
+            let (k, v) = a
+                .split_once('=')
+                .ok_or_else(|| format!("argument {a:?} is not key=value"))?;
+            match k {
+                "out" => c.out = v.to_string(),
+                "status" => c.status = Some(v.to_string()),
+                "window" => c.window = num(k, v)?,
+                "period" => c.period = num(k, v)?,
+                "exe" => c.exe = Some(v.to_string()),
+                "exe_base" => c.exe_base = num(k, v)?,
+                "level" => c.level = num(k, v)? as i32,
+                "roi" => {
+                    let (s, e) = v
+                        .split_once(':')
+                        .ok_or_else(|| format!("roi={v}: expected START:END"))?;
+                    c.roi.push((num(k, s)?, num(k, e)?));
+                }
+                "roi_mode" => {
+                    c.roi_mode = match v {
+                        "inclusive" => RoiMode::Inclusive,
+                        "exclusive" => RoiMode::Exclusive,
+                        _ => return Err(format!("roi_mode={v}: expected inclusive or exclusive")),
+                    }
+                }
+                _ => return Err(format!("unknown argument {k:?}")),
+            }
+        }
+        if c.out.is_empty() {
+            return Err("missing out=TRACE".into());
+        }
+        if c.window == 0 || c.window > c.period {
+            return Err(format!(
+                "window={} and period={} must satisfy 0 < window <= period",
+                c.window, c.period
+            ));
+        }
+        if !c.roi.is_empty() && c.roi_mode == RoiMode::None {
+            c.roi_mode = RoiMode::Inclusive;
+        }
+        Ok(c)
+    }
+}
+
+/// Per-thread state, touched only by its own vCPU thread (and by atexit, when every vCPU is
+/// stopped).
+struct Vcpu {
+    index: u32,
+    off: bool,
+    roi_gate: bool,
+    roi_depth: u64,
+    window: u64,
+    period: u64,
+    buf: Vec<RawAccess>,
+    samples: Vec<SampleHeader>,
+    sample_open: bool,
+    sample_id: u64,
+    sample_skipped: u64,
+    sample_len: u32,
+    window_used: u64,
+    skip_left: u64,
+    skipped: u64,
+    recorded_total: u64,
+    skipped_total: u64,
+    tx: SyncSender<Msg>,
+}
+
+impl Vcpu {
+    #[inline(always)]
+    fn record(&mut self, ip: u64, addr: u64, info: u32) {
+        if self.off || (self.roi_gate && self.roi_depth == 0) {
+            return;
+        }
+        if self.skip_left > 0 {
+            self.skip_left -= 1;
+            self.skipped += 1;
+            return;
+        }
+        if !self.sample_open {
+            self.sample_open = true;
+            self.sample_skipped = self.skipped;
+            self.skipped_total += self.skipped;
+            self.skipped = 0;
+            self.sample_len = 0;
+        }
+        self.buf.push(RawAccess { ip, addr, info });
+        self.sample_len += 1;
+        self.window_used += 1;
+        if self.window_used == self.window {
+            self.close_sample();
+            self.sample_id += 1;
+            self.window_used = 0;
+            self.skip_left = self.period - self.window;
+        }
+        if self.buf.len() >= BUFFER {
+            self.flush();
+        }
+    }
+
+    fn close_sample(&mut self) {
+        if self.sample_open {
+            if self.sample_len > 0 {
+                self.samples.push(SampleHeader {
+                    id: self.sample_id,
+                    skipped_before: self.sample_skipped,
+                    len: self.sample_len,
+                });
+            }
+            self.sample_open = false;
+            self.sample_len = 0;
+        }
+    }
+
+    /// Hands the buffered accesses to the writer. An open sample continues in the next chunk
+    /// under the same id with no skip.
+    fn flush(&mut self) {
+        let continuing = self.sample_open;
+        self.close_sample();
+        let p = plugin();
+        if std::process::id() != p.pid || p.failed.load(Ordering::Relaxed) {
+            // A forked child (its writer thread did not survive fork) or a failed writer.
+            self.off = true;
+            self.buf.clear();
+            self.samples.clear();
+            return;
+        }
+        if !self.buf.is_empty() {
+            self.recorded_total += self.buf.len() as u64;
+            let accesses = std::mem::replace(&mut self.buf, take_buffer());
+            let samples = std::mem::take(&mut self.samples);
+            let _ = self.tx.send(Msg::Chunk {
+                thread: self.index,
+                samples,
+                accesses,
+            });
+        }
+        if continuing {
+            self.sample_open = true;
+            self.sample_skipped = 0;
+        }
+    }
+}
+
+struct Plugin {
+    cfg: Config,
+    pid: u32,
+    tx: SyncSender<Msg>,
+    writer: Mutex<Option<JoinHandle<WriterReport>>>,
+    failed: AtomicBool,
+    maps: Mutex<Vec<(u64, u64)>>,
+    /// ROI ranges at run time (link-time ranges plus the load bias), set at first translation.
+    roi_runtime: OnceLock<Vec<(u64, u64)>>,
+    free: Mutex<Vec<Vec<RawAccess>>>,
+}
+
+static PLUGIN: OnceLock<Plugin> = OnceLock::new();
+
+static VCPUS: [AtomicPtr<Vcpu>; MAX_VCPUS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_VCPUS];
+
+fn plugin() -> &'static Plugin {
+    // Callbacks are only registered after PLUGIN is set in qemu_plugin_install.
+    PLUGIN.get().expect("mgbench plugin used before install")
+}
+
+fn take_buffer() -> Vec<RawAccess> {
+    let p = plugin();
+    p.free
+        .lock()
+        .ok()
+        .and_then(|mut f| f.pop())
+        .unwrap_or_else(|| Vec::with_capacity(BUFFER))
+}
+
+/// The calling vCPU's state.
+///
+/// # Safety
+/// Only the vCPU thread `vcpu` (or atexit, with all vCPUs stopped) may call this, and the
+/// returned reference must not outlive the callback.
+#[inline(always)]
+unsafe fn vcpu_state<'a>(vcpu: c_uint) -> Option<&'a mut Vcpu> {
+    let slot = VCPUS.get(vcpu as usize)?;
+    let p = slot.load(Ordering::Acquire);
+    // SAFETY: non-null slots hold a leaked Box<Vcpu> that lives until process exit; the
+    // caller guarantees exclusive access (one thread per vCPU).
+    unsafe { p.as_mut() }
+}
+
+extern "C" fn mem_cb(vcpu: c_uint, info: qemu_plugin_meminfo_t, addr: u64, udata: *mut c_void) {
+    // SAFETY: QEMU runs memory callbacks on the vCPU's own thread.
+    if let Some(v) = unsafe { vcpu_state(vcpu) } {
+        v.record(udata as u64, addr, info);
+    }
+}
+
+extern "C" fn roi_enter(vcpu: c_uint, _udata: *mut c_void) {
+    // SAFETY: instruction callbacks run on the vCPU's own thread.
+    if let Some(v) = unsafe { vcpu_state(vcpu) } {
+        v.roi_depth += 1;
+    }
+}
+
+extern "C" fn roi_leave(vcpu: c_uint, _udata: *mut c_void) {
+    // SAFETY: instruction callbacks run on the vCPU's own thread.
+    if let Some(v) = unsafe { vcpu_state(vcpu) } {
+        v.roi_depth = v.roi_depth.saturating_sub(1);
+    }
+}
+
+extern "C" fn vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
+    let p = plugin();
+    let Some(slot) = VCPUS.get(vcpu as usize) else {
+        sys::outs(&format!(
+            "guest thread {vcpu} is beyond the {MAX_VCPUS} the plugin tracks; not recorded"
+        ));
+        return;
+    };
+    let v = Box::new(Vcpu {
+        index: vcpu,
+        off: false,
+        roi_gate: p.cfg.roi_mode == RoiMode::Inclusive,
+        roi_depth: 0,
+        window: p.cfg.window,
+        period: p.cfg.period,
+        buf: take_buffer(),
+        samples: Vec::new(),
+        sample_open: false,
+        sample_id: 0,
+        sample_skipped: 0,
+        sample_len: 0,
+        window_used: 0,
+        skip_left: 0,
+        skipped: 0,
+        recorded_total: 0,
+        skipped_total: 0,
+        tx: p.tx.clone(),
+    });
+    let old = slot.swap(Box::into_raw(v), Ordering::AcqRel);
+    if !old.is_null() {
+        // An index reused after its thread exited: keep the old state's totals reachable by
+        // leaking it into the retired list (rare; counts are merged at exit).
+        retired().lock().map(|mut r| r.push(old as usize)).ok();
+    }
+}
+
+fn retired() -> &'static Mutex<Vec<usize>> {
+    static RETIRED: OnceLock<Mutex<Vec<usize>>> = OnceLock::new();
+    RETIRED.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+extern "C" fn vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {
+    // SAFETY: the exit callback runs on the exiting vCPU's thread.
+    if let Some(v) = unsafe { vcpu_state(vcpu) } {
+        v.flush();
+    }
+}
+
+fn is_ret(bytes: &[u8]) -> bool {
+    // Skip legacy prefixes (rep/bnd, operand size), then near ret (C3) or ret imm16 (C2).
+    let mut i = 0;
+    while i < bytes.len() && matches!(bytes[i], 0xf2 | 0xf3 | 0x66) {
+        i += 1;
+    }
+    matches!(bytes.get(i), Some(0xc3) | Some(0xc2))
+}
+
+fn roi_ranges(p: &Plugin) -> &[(u64, u64)] {
+    p.roi_runtime.get_or_init(|| {
+        // Position-independent programs load at a bias chosen at run time: find the mapping
+        // of the program's first byte (file offset 0) and compare with its link address.
+        // (qemu_plugin_entry_code reports the dynamic loader's entry, so it cannot be used.)
+        let bias = match &p.cfg.exe {
+            None => 0,
+            Some(exe) => match read_proc_maps()
+                .iter()
+                .find(|m| m.offset == 0 && &m.path == exe)
+            {
+                Some(m) => m.start.wrapping_sub(p.cfg.exe_base),
+                None => {
+                    sys::outs(&format!(
+                        "cannot find {exe} in /proc/self/maps: --roi addresses may be wrong"
+                    ));
+                    0
+                }
+            },
+        };
+        p.cfg
+            .roi
+            .iter()
+            .map(|&(s, e)| (s.wrapping_add(bias), e.wrapping_add(bias)))
+            .collect()
+    })
+}
+
+extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
+    let p = plugin();
+    // SAFETY: `tb` is valid for the duration of this callback; QEMU owns it.
+    let (n, tb_vaddr) = unsafe { (qemu_plugin_tb_n_insns(tb), qemu_plugin_tb_vaddr(tb)) };
+    note_mappings(p, tb_vaddr);
+    let roi = if p.cfg.roi_mode == RoiMode::None {
+        &[][..]
+    } else {
+        roi_ranges(p)
+    };
+    for i in 0..n {
+        // SAFETY: i < n instructions of this TB; handles are valid during the callback.
+        let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
+        let vaddr = unsafe { qemu_plugin_insn_vaddr(insn) };
+        let in_roi = roi.iter().any(|&(s, e)| vaddr >= s && vaddr < e);
+        match p.cfg.roi_mode {
+            RoiMode::Exclusive if !in_roi => continue,
+            RoiMode::Inclusive if in_roi => {
+                if roi.iter().any(|&(s, _)| s == vaddr) {
+                    // SAFETY: registering a callback on a valid instruction handle.
+                    unsafe {
+                        qemu_plugin_register_vcpu_insn_exec_cb(
+                            insn,
+                            roi_enter,
+                            QEMU_PLUGIN_CB_NO_REGS,
+                            ptr::null_mut(),
+                        )
+                    };
+                }
+                // SAFETY: data/size describe the instruction's bytes, valid in the callback.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(
+                        qemu_plugin_insn_data(insn).cast::<u8>(),
+                        qemu_plugin_insn_size(insn),
+                    )
+                };
+                if is_ret(bytes) {
+                    // SAFETY: as above.
+                    unsafe {
+                        qemu_plugin_register_vcpu_insn_exec_cb(
+                            insn,
+                            roi_leave,
+                            QEMU_PLUGIN_CB_NO_REGS,
+                            ptr::null_mut(),
+                        )
+                    };
+                }
+            }
+            _ => {}
+        }
+        // SAFETY: registering the memory callback; the ip travels as the user-data pointer.
+        unsafe {
+            qemu_plugin_register_vcpu_mem_cb(
+                insn,
+                mem_cb,
+                QEMU_PLUGIN_CB_NO_REGS,
+                QEMU_PLUGIN_MEM_RW,
+                vaddr as *mut c_void,
+            )
+        };
+    }
+}
+
+/// Sends the process's mappings when code runs from an address no known mapping covers
+/// (program start, dlopen, JIT): symbolization needs them, and they change rarely.
+fn note_mappings(p: &Plugin, vaddr: u64) {
+    let Ok(mut known) = p.maps.lock() else {
+        return;
+    };
+    if known.iter().any(|&(s, e)| vaddr >= s && vaddr < e) {
+        return;
+    }
+    let maps = read_proc_maps();
+    known.clear();
+    known.extend(maps.iter().map(|m| (m.start, m.end)));
+    if !known.iter().any(|&(s, e)| vaddr >= s && vaddr < e) {
+        // Not in /proc/self/maps at all: remember the page so we do not re-read for it.
+        known.push((vaddr & !0xfff, (vaddr & !0xfff) + 0x1000));
+    }
+    let _ = p.tx.send(Msg::Mappings(maps));
+}
+
+fn read_proc_maps() -> Vec<Mapping> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let range = f.next()?;
+            let perms = f.next()?.to_string();
+            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+            let _dev = f.next()?;
+            let _inode = f.next()?;
+            let path = f.collect::<Vec<_>>().join(" ");
+            let (s, e) = range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(s, 16).ok()?,
+                end: u64::from_str_radix(e, 16).ok()?,
+                offset,
+                path,
+                perms,
+            })
+        })
+        .collect()
+}
+
+struct WriterReport {
+    chunks: u64,
+    bytes: u64,
+    errors: Vec<String>,
+}
+
+fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterReport {
+    let mut w = TraceWriter::append(BufWriter::with_capacity(1 << 20, file));
+    w.set_level(level);
+    let mut report = WriterReport {
+        chunks: 0,
+        bytes: 0,
+        errors: Vec::new(),
+    };
+    let p = plugin();
+    let fail = |report: &mut WriterReport, e: std::io::Error| {
+        if report.errors.is_empty() {
+            let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
+                " (disk full): recording stopped, everything written before is readable"
+            } else {
+                ": recording stopped"
+            };
+            report.errors.push(format!("cannot write trace: {e}{hint}"));
+            sys::outs(&report.errors[0]);
+        }
+        p.failed.store(true, Ordering::Relaxed);
+    };
+    while let Ok(msg) = rx.recv() {
+        if p.failed.load(Ordering::Relaxed) {
+            if let Msg::Shutdown = msg {
+                break;
+            }
+            continue;
+        }
+        let result = match msg {
+            Msg::Chunk {
+                thread,
+                samples,
+                accesses,
+            } => {
+                let chunk = Chunk {
+                    thread,
+                    samples,
+                    accesses: accesses
+                        .iter()
+                        .map(|r| {
+                            // SAFETY: pure decoding of the meminfo value QEMU gave us.
+                            let (shift, store) = unsafe {
+                                (
+                                    qemu_plugin_mem_size_shift(r.info),
+                                    qemu_plugin_mem_is_store(r.info),
+                                )
+                            };
+                            Access {
+                                ip: r.ip,
+                                addr: r.addr,
+                                size: 1u8 << shift.min(7),
+                                kind: if store {
+                                    AccessKind::Store
+                                } else {
+                                    AccessKind::Load
+                                },
+                            }
+                        })
+                        .collect(),
+                };
+                let mut accesses = accesses;
+                accesses.clear();
+                if let Ok(mut f) = p.free.lock() {
+                    if f.len() < 64 {
+                        f.push(accesses);
+                    }
+                }
+                report.chunks += 1;
+                w.write_chunk(&chunk)
+            }
+            Msg::Mappings(m) => w.write_mappings(&m),
+            Msg::Note(n) => w.write_note(&n),
+            Msg::Shutdown => break,
+        };
+        if let Err(e) = result {
+            fail(&mut report, e);
+        }
+    }
+    if let Err(e) = w.flush() {
+        fail(&mut report, e);
+    }
+    report.bytes = w.bytes_written();
+    report
+}
+
+extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
+    let p = plugin();
+    let mut recorded = 0u64;
+    let mut skipped = 0u64;
+    let mut threads = 0u64;
+    let retired: Vec<usize> = retired().lock().map(|r| r.clone()).unwrap_or_default();
+    let live = VCPUS
+        .iter()
+        .map(|s| s.load(Ordering::Acquire))
+        .filter(|p| !p.is_null());
+    for ptr in live.chain(retired.into_iter().map(|u| u as *mut Vcpu)) {
+        // SAFETY: atexit runs with every vCPU stopped; each pointer is a leaked Box<Vcpu>.
+        let v = unsafe { &mut *ptr };
+        v.flush();
+        v.skipped_total += v.skipped;
+        v.skipped = 0;
+        recorded += v.recorded_total;
+        skipped += v.skipped_total;
+        threads += 1;
+    }
+    let _ = p.tx.send(Msg::Shutdown);
+    let report = p
+        .writer
+        .lock()
+        .ok()
+        .and_then(|mut w| w.take())
+        .and_then(|h| h.join().ok())
+        .unwrap_or(WriterReport {
+            chunks: 0,
+            bytes: 0,
+            errors: vec!["writer thread failed".into()],
+        });
+    if let Some(path) = &p.cfg.status {
+        let json = serde_json::json!({
+            "recorded": recorded,
+            "skipped": skipped,
+            "threads": threads,
+            "chunks": report.chunks,
+            "bytes": report.bytes,
+            "errors": report.errors,
+        });
+        if let Err(e) = std::fs::write(path, format!("{json}\n")) {
+            sys::outs(&format!("cannot write status file {path}: {e}"));
+        }
+    }
+}
+
+/// Entry point called by QEMU when it loads the plugin.
+///
+/// # Safety
+/// QEMU passes `argc` valid NUL-terminated strings in `argv`.
+#[no_mangle]
+pub unsafe extern "C" fn qemu_plugin_install(
+    id: qemu_plugin_id_t,
+    info: *const qemu_info_t,
+    argc: c_int,
+    argv: *const *const c_char,
+) -> c_int {
+    // SAFETY: QEMU passes a valid info block for the duration of the call.
+    if let Some(info) = unsafe { info.as_ref() } {
+        if info.system_emulation {
+            sys::outs("only QEMU user mode (qemu-x86_64) is supported");
+            return 1;
+        }
+    }
+    let args: Vec<String> = (0..argc.max(0) as usize)
+        .filter_map(|i| {
+            // SAFETY: i < argc, and each argv entry is a valid C string (QEMU's contract).
+            let p = unsafe { *argv.add(i) };
+            (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        })
+        .collect();
+    let cfg = match Config::parse(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            sys::outs(&format!("bad arguments: {e}"));
+            return 1;
+        }
+    };
+    let file = match OpenOptions::new().append(true).open(&cfg.out) {
+        Ok(f) => f,
+        Err(e) => {
+            sys::outs(&format!("cannot open trace {}: {e}", cfg.out));
+            return 1;
+        }
+    };
+    let (tx, rx) = sync_channel::<Msg>(QUEUE);
+    let level = cfg.level;
+    let state = Plugin {
+        cfg,
+        pid: std::process::id(),
+        tx,
+        writer: Mutex::new(None),
+        failed: AtomicBool::new(false),
+        maps: Mutex::new(Vec::new()),
+        roi_runtime: OnceLock::new(),
+        free: Mutex::new(Vec::new()),
+    };
+    if PLUGIN.set(state).is_err() {
+        sys::outs("loaded twice");
+        return 1;
+    }
+    let handle = std::thread::Builder::new()
+        .name("mgbench-writer".into())
+        .spawn(move || writer_loop(rx, file, level));
+    match handle {
+        Ok(h) => {
+            if let Ok(mut w) = plugin().writer.lock() {
+                *w = Some(h);
+            }
+        }
+        Err(e) => {
+            sys::outs(&format!("cannot start writer thread: {e}"));
+            return 1;
+        }
+    }
+    if plugin().cfg.window != u64::MAX {
+        let _ = plugin().tx.send(Msg::Note(format!(
+            "sampled: window {} period {}",
+            plugin().cfg.window,
+            plugin().cfg.period
+        )));
+    }
+    // SAFETY: registering callbacks with the id QEMU gave us.
+    unsafe {
+        qemu_plugin_register_vcpu_init_cb(id, vcpu_init);
+        qemu_plugin_register_vcpu_exit_cb(id, vcpu_exit);
+        qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
+        qemu_plugin_register_atexit_cb(id, at_exit, ptr::null_mut());
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn config_parsing() {
+        let c =
+            Config::parse(&args(&["out=/t", "window=8", "period=32", "roi=0x10:0x20"])).unwrap();
+        assert_eq!((c.window, c.period), (8, 32));
+        assert_eq!(c.roi, vec![(0x10, 0x20)]);
+        assert_eq!(c.roi_mode, RoiMode::Inclusive);
+        assert!(Config::parse(&args(&["window=8"])).is_err());
+        assert!(Config::parse(&args(&["out=/t", "window=8", "period=4"])).is_err());
+        assert!(Config::parse(&args(&["out=/t", "bogus=1"])).is_err());
+    }
+
+    #[test]
+    fn ret_detection() {
+        assert!(is_ret(&[0xc3]));
+        assert!(is_ret(&[0xf3, 0xc3]));
+        assert!(is_ret(&[0xc2, 0x08, 0x00]));
+        assert!(!is_ret(&[0xe8, 0, 0, 0, 0]));
+    }
+}

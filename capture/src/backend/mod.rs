@@ -1,0 +1,185 @@
+//! Capture backends: run (or attach to) a program and write its memory accesses as a trace.
+//!
+//! - [`qemu`] (default): Debian's `qemu-x86_64` runs the program under TCG with mgbench's
+//!   plugin, which records accesses (all, or MemGaze samples) in the guest's threads.
+//! - `ptrace`: single-steps the program natively and decodes each instruction's memory
+//!   operands; slow, but handles AVX-512 and can attach to a running process.
+//! - [`pt`]: Intel PT with ptwrite; detected, not available on machines without it.
+//!
+//! Every backend checks the program before starting it, writes the trace header first,
+//! survives Ctrl-C (the program gets the signal; mgbench finalises the trace), and appends an
+//! end frame saying how the program ended.
+
+mod program;
+pub mod pt;
+pub mod qemu;
+mod sys;
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+pub use program::{resolve, which, Program};
+pub use sys::signal_name;
+
+use crate::symbols::SymbolError;
+use crate::trace::{EndInfo, Frame, Mode, TraceReader, TraceWriter};
+
+/// Which backend records the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Qemu,
+    Ptrace,
+    Pt,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Qemu => "qemu",
+            BackendKind::Ptrace => "ptrace",
+            BackendKind::Pt => "pt",
+        }
+    }
+}
+
+/// Default sampling: windows of 1024 accesses every 16384 (1 in 16 accesses recorded).
+pub const DEFAULT_WINDOW: u64 = 1024;
+pub const DEFAULT_PERIOD: u64 = 16384;
+
+/// What to capture and how.
+#[derive(Debug, Clone)]
+pub struct CaptureConfig {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub output: PathBuf,
+    pub backend: BackendKind,
+    pub mode: Mode,
+    /// Functions whose accesses alone are recorded.
+    pub roi: Vec<String>,
+    /// Accesses by callees of the ROI functions count too.
+    pub roi_inclusive: bool,
+    /// Attach to this process instead of starting one (ptrace).
+    pub pid: Option<i32>,
+}
+
+/// How the traced program ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgramExit {
+    Code(i32),
+    Signal(i32),
+    /// mgbench detached from a process it attached to; the process runs on.
+    Detached,
+}
+
+impl ProgramExit {
+    /// The exit status a shell would report.
+    pub fn shell_status(self) -> i32 {
+        match self {
+            ProgramExit::Code(c) => c,
+            ProgramExit::Signal(s) => 128 + s,
+            ProgramExit::Detached => 0,
+        }
+    }
+}
+
+/// What a capture produced.
+#[derive(Debug, Clone)]
+pub struct CaptureReport {
+    pub trace: PathBuf,
+    pub exit: ProgramExit,
+    pub recorded: u64,
+    pub skipped: u64,
+    pub threads: u64,
+    pub trace_bytes: u64,
+    /// mgbench received Ctrl-C/SIGTERM while the program ran.
+    pub interrupted: Option<i32>,
+    pub elapsed_s: f64,
+    /// Things the user should know (lost tail after a crash, disk full, ROI never entered).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error("cannot find program {}: {hint}", .program.display())]
+    ProgramNotFound { program: PathBuf, hint: String },
+    #[error("cannot run {}: {why}", .program.display())]
+    NotExecutable { program: PathBuf, why: String },
+    #[error("{0}")]
+    Elf(SymbolError),
+    #[error("--roi: {0}")]
+    Roi(SymbolError),
+    #[error("qemu-x86_64 not found: install Debian's qemu-user (`apt-get install qemu-user`, or run scripts/setup.sh), or set MGBENCH_QEMU to its path")]
+    QemuMissing,
+    #[error("cannot find mgbench's QEMU plugin (looked in {looked}): build it with `cargo build --release -p mgbench-qemu-plugin`, or set MGBENCH_QEMU_PLUGIN to the .so")]
+    PluginMissing { looked: String },
+    #[error("QEMU did not load mgbench's plugin ({plugin}); see QEMU's message above")]
+    PluginNotLoaded { plugin: PathBuf },
+    #[error("cannot write trace {}: {cause}", .path.display())]
+    Output {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error("output path {} contains a comma, which QEMU's -plugin option cannot carry: choose another -o", .0.display())]
+    CommaInPath(PathBuf),
+    #[error("cannot start {what}: {cause}")]
+    Spawn { what: String, cause: std::io::Error },
+    #[error("the {backend} backend is not available here: {why}")]
+    Unavailable { backend: &'static str, why: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Runs a capture with the configured backend.
+pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
+    match (cfg.backend, cfg.pid) {
+        (BackendKind::Pt, _) => Err(pt::unavailable()),
+        (BackendKind::Qemu, Some(_)) => Err(CaptureError::Invalid(
+            "--pid needs --backend ptrace (QEMU cannot attach to a running process)".into(),
+        )),
+        (BackendKind::Qemu, None) => qemu::capture(cfg),
+        (BackendKind::Ptrace, _) => Err(CaptureError::Unavailable {
+            backend: "ptrace",
+            why: "not built yet".into(),
+        }),
+    }
+}
+
+/// Counts what a trace holds by reading it (used when a backend's own counts are lost).
+pub(crate) fn scan_counts(path: &Path) -> (u64, u64, u64, Option<String>) {
+    let Ok(f) = File::open(path) else {
+        return (0, 0, 0, None);
+    };
+    let Ok(mut r) = TraceReader::open(BufReader::new(f)) else {
+        return (0, 0, 0, None);
+    };
+    let (mut rec, mut skip) = (0u64, 0u64);
+    let mut threads = std::collections::BTreeSet::new();
+    while let Ok(Some(frame)) = r.next_frame() {
+        if let Frame::Chunk(c) = frame {
+            rec += c.accesses.len() as u64;
+            skip += c.samples.iter().map(|s| s.skipped_before).sum::<u64>();
+            threads.insert(c.thread);
+        }
+    }
+    let damage = r
+        .damage()
+        .map(|d| format!("{} at byte {}", d.reason, d.offset));
+    (rec, skip, threads.len() as u64, damage)
+}
+
+/// Appends the end frame to a finished trace.
+pub(crate) fn finalize(path: &Path, end: &EndInfo) -> Result<u64, CaptureError> {
+    let out = |cause| CaptureError::Output {
+        path: path.to_path_buf(),
+        cause,
+    };
+    let f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(out)?;
+    let mut w = TraceWriter::append(f);
+    w.write_end(end).map_err(out)?;
+    Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
+}

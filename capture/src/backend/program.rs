@@ -1,0 +1,66 @@
+//! Finding and checking the program to capture before anything starts.
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use super::CaptureError;
+use crate::symbols::ElfImage;
+
+/// A program that exists, is executable and is an x86-64 ELF.
+#[derive(Debug, Clone)]
+pub struct Program {
+    /// Absolute path.
+    pub path: PathBuf,
+    pub image: ElfImage,
+}
+
+/// Resolves `name` like a shell does (a path, or a name looked up in PATH) and checks it.
+pub fn resolve(name: &Path) -> Result<Program, CaptureError> {
+    let path = if name.components().count() > 1 || name.is_absolute() {
+        name.to_path_buf()
+    } else if name.exists() && !name.is_dir() {
+        // A bare name in the current directory: shells need ./name, but be helpful.
+        PathBuf::from(".").join(name)
+    } else {
+        search_path(name).ok_or_else(|| CaptureError::ProgramNotFound {
+            program: name.to_path_buf(),
+            hint: "not found in the current directory or in PATH".into(),
+        })?
+    };
+    let meta = std::fs::metadata(&path).map_err(|e| CaptureError::ProgramNotFound {
+        program: path.clone(),
+        hint: e.to_string(),
+    })?;
+    if meta.is_dir() {
+        return Err(CaptureError::NotExecutable {
+            program: path,
+            why: "it is a directory".into(),
+        });
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err(CaptureError::NotExecutable {
+            program: path.clone(),
+            why: format!("it has no execute permission (chmod +x {})", path.display()),
+        });
+    }
+    let image = ElfImage::open(&path).map_err(CaptureError::Elf)?;
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    Ok(Program { path, image })
+}
+
+fn search_path(name: &Path) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));
+    std::env::split_paths(&paths)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Looks for an executable in PATH (for qemu-x86_64).
+pub fn which(name: &str) -> Option<PathBuf> {
+    search_path(Path::new(name)).filter(|p| {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    })
+}

@@ -1,0 +1,265 @@
+//! The QEMU backend: `qemu-x86_64 -plugin libmgbench_qemu_plugin.so,... PROGRAM ARGS`.
+//!
+//! mgbench writes the trace header, QEMU's plugin appends frames as the guest runs, and
+//! mgbench appends the end frame with the program's exit status. The program's stdin,
+//! stdout and stderr are the terminal's; its exit status becomes mgbench's.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use super::program::{resolve, which};
+use super::sys::SignalGuard;
+use super::{
+    finalize, scan_counts, signal_name, CaptureConfig, CaptureError, CaptureReport, ProgramExit,
+};
+use crate::trace::{EndInfo, Mode, RoiMeta, TraceMeta, TraceWriter};
+
+/// File name of the plugin built by the `mgbench-qemu-plugin` crate.
+pub const PLUGIN_FILE: &str = "libmgbench_qemu_plugin.so";
+
+/// Finds qemu-x86_64: $MGBENCH_QEMU, then PATH.
+pub fn find_qemu() -> Result<PathBuf, CaptureError> {
+    if let Some(p) = std::env::var_os("MGBENCH_QEMU") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(CaptureError::QemuMissing)
+        };
+    }
+    which("qemu-x86_64").ok_or(CaptureError::QemuMissing)
+}
+
+/// Finds the plugin: $MGBENCH_QEMU_PLUGIN, next to the mgbench executable (or one level up,
+/// for test binaries in target/*/deps), ../lib/mgbench, then the build tree.
+pub fn find_plugin() -> Result<PathBuf, CaptureError> {
+    if let Some(p) = std::env::var_os("MGBENCH_QEMU_PLUGIN") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(CaptureError::PluginMissing {
+                looked: format!("MGBENCH_QEMU_PLUGIN={}", p.display()),
+            })
+        };
+    }
+    let mut candidates = Vec::new();
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            candidates.push(dir.join(PLUGIN_FILE));
+            candidates.push(dir.join("..").join(PLUGIN_FILE));
+            candidates.push(dir.join("../lib/mgbench").join(PLUGIN_FILE));
+        }
+    }
+    let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+    candidates.push(tree.join("release").join(PLUGIN_FILE));
+    candidates.push(tree.join("debug").join(PLUGIN_FILE));
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        .ok_or_else(|| CaptureError::PluginMissing {
+            looked: candidates
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+/// Runs the program under QEMU with the plugin and writes the trace.
+pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
+    let program = resolve(&cfg.program)?;
+    let qemu = find_qemu()?;
+    let plugin = find_plugin()?;
+    let output = absolute(&cfg.output);
+    if output.to_string_lossy().contains(',') {
+        return Err(CaptureError::CommaInPath(output));
+    }
+    let mut roi_ranges = Vec::new();
+    for name in &cfg.roi {
+        let funcs = program
+            .image
+            .find_function(name)
+            .map_err(CaptureError::Roi)?;
+        for f in funcs {
+            roi_ranges.push((f.start, f.start + f.size.max(1)));
+        }
+    }
+
+    let mut command = vec![program.path.display().to_string()];
+    command.extend(cfg.args.iter().map(|a| a.to_string_lossy().into_owned()));
+    let meta = TraceMeta {
+        command,
+        backend: "qemu".into(),
+        mode: cfg.mode,
+        start_time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        roi: (!cfg.roi.is_empty()).then(|| RoiMeta {
+            functions: cfg.roi.clone(),
+            inclusive: cfg.roi_inclusive,
+        }),
+        notes: vec![format!("qemu: {}", qemu.display())],
+    };
+    let out_err = |cause| CaptureError::Output {
+        path: output.clone(),
+        cause,
+    };
+    let file = std::fs::File::create(&output).map_err(out_err)?;
+    let header_len = {
+        let w = TraceWriter::create(file, &meta).map_err(out_err)?;
+        w.bytes_written()
+    };
+    let status = PathBuf::from(format!("{}.status", output.display()));
+    let _ = std::fs::remove_file(&status);
+
+    let mut arg = format!(
+        "{},out={},status={}",
+        plugin.display(),
+        output.display(),
+        status.display()
+    );
+    if let Mode::Sampled { window, period } = cfg.mode {
+        arg.push_str(&format!(",window={window},period={period}"));
+    }
+    if !roi_ranges.is_empty() {
+        for (s, e) in &roi_ranges {
+            arg.push_str(&format!(",roi={s:#x}:{e:#x}"));
+        }
+        if program.image.is_pie {
+            let exe = program.path.display().to_string();
+            if exe.contains(',') {
+                return Err(CaptureError::Invalid(format!(
+                    "--roi cannot be used with a program whose path contains a comma ({exe}): QEMU's -plugin option splits on commas"
+                )));
+            }
+            arg.push_str(&format!(
+                ",exe={exe},exe_base={:#x}",
+                program.image.load_base
+            ));
+        }
+        arg.push_str(if cfg.roi_inclusive {
+            ",roi_mode=inclusive"
+        } else {
+            ",roi_mode=exclusive"
+        });
+    }
+
+    let start = Instant::now();
+    let guard = SignalGuard::install();
+    let mut child = Command::new(&qemu)
+        .arg("-plugin")
+        .arg(&arg)
+        .arg(&program.path)
+        .args(&cfg.args)
+        .spawn()
+        .map_err(|cause| CaptureError::Spawn {
+            what: qemu.display().to_string(),
+            cause,
+        })?;
+    let wait = child.wait();
+    let interrupted = guard.caught();
+    drop(guard);
+    let elapsed_s = start.elapsed().as_secs_f64();
+    let status_code = wait.map_err(|cause| CaptureError::Spawn {
+        what: "waiting for qemu".into(),
+        cause,
+    })?;
+    use std::os::unix::process::ExitStatusExt;
+    let exit = match (status_code.code(), status_code.signal()) {
+        (Some(c), _) => ProgramExit::Code(c),
+        (None, Some(s)) => ProgramExit::Signal(s),
+        _ => ProgramExit::Code(-1),
+    };
+
+    let mut warnings = Vec::new();
+    let mut end = EndInfo {
+        exit_code: match exit {
+            ProgramExit::Code(c) => Some(c),
+            _ => None,
+        },
+        signal: match exit {
+            ProgramExit::Signal(s) => Some(s),
+            _ => None,
+        },
+        interrupted: interrupted.is_some(),
+        ..EndInfo::default()
+    };
+    let (recorded, skipped, threads) = match read_status(&status) {
+        Some(s) => {
+            end.errors = s.errors.clone();
+            warnings.extend(s.errors);
+            (s.recorded, s.skipped, s.threads)
+        }
+        None => {
+            let len = std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0);
+            if len <= header_len && matches!(exit, ProgramExit::Code(_)) {
+                let _ = std::fs::remove_file(&output);
+                return Err(CaptureError::PluginNotLoaded { plugin });
+            }
+            // The guest died from a signal: QEMU skips plugin exit hooks, so the last
+            // buffered accesses never reached the file. Count what did.
+            let (rec, skip, threads, damage) = scan_counts(&output);
+            let why = match exit {
+                ProgramExit::Signal(s) => format!("the program was killed by {}", signal_name(s)),
+                _ => "the plugin did not finish".to_string(),
+            };
+            warnings.push(format!(
+                "{why}: up to 64Ki accesses per thread recorded just before the end are not in the trace ({rec} recorded)"
+            ));
+            if let Some(d) = damage {
+                warnings.push(format!(
+                    "the last frame was cut short ({d}); everything before it is readable"
+                ));
+            }
+            end.errors.push(format!("capture ended abnormally: {why}"));
+            (rec, skip, threads)
+        }
+    };
+    let _ = std::fs::remove_file(&status);
+    end.recorded = recorded;
+    end.skipped = skipped;
+    if recorded == 0 && !cfg.roi.is_empty() {
+        warnings.push(format!(
+            "the ROI ({}) was never entered: the trace holds no accesses",
+            cfg.roi.join(", ")
+        ));
+    }
+    let trace_bytes = finalize(&output, &end)?;
+    Ok(CaptureReport {
+        trace: output,
+        exit,
+        recorded,
+        skipped,
+        threads,
+        trace_bytes,
+        interrupted,
+        elapsed_s,
+        warnings,
+    })
+}
+
+/// The plugin's exit report.
+#[derive(Debug, Clone, serde::Deserialize)]
+struct PluginStatus {
+    recorded: u64,
+    skipped: u64,
+    threads: u64,
+    #[serde(default)]
+    errors: Vec<String>,
+}
+
+fn read_status(path: &Path) -> Option<PluginStatus> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text).ok()
+}

@@ -1,0 +1,67 @@
+//! Process-level OS calls for capture: signal interception while a traced program runs, and
+//! wait-status decoding. Everything unsafe in the backends' process handling lives here.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+static CAUGHT: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    CAUGHT.store(sig, Ordering::SeqCst);
+}
+
+/// While alive, SIGINT, SIGTERM, SIGHUP and SIGQUIT are recorded instead of killing mgbench,
+/// so the trace can be finalised after the program stops. A handler (not SIG_IGN) is used
+/// because handlers reset to the default in children at exec, while ignored signals stay
+/// ignored: the traced program keeps its normal Ctrl-C behaviour.
+pub struct SignalGuard {
+    old: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+const SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+impl SignalGuard {
+    pub fn install() -> SignalGuard {
+        CAUGHT.store(0, Ordering::SeqCst);
+        let mut old = Vec::new();
+        for sig in SIGNALS {
+            // SAFETY: sigaction is plain data; zeroed is a valid starting value.
+            let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+            act.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as *const () as usize;
+            act.sa_flags = libc::SA_RESTART;
+            // SAFETY: sa_mask is a valid sigset_t inside `act`.
+            unsafe { libc::sigemptyset(&mut act.sa_mask) };
+            // SAFETY: zeroed sigaction to receive the previous disposition.
+            let mut prev: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: valid signal number and pointers to initialised structs; the handler
+            // only stores to an atomic, which is async-signal-safe.
+            if unsafe { libc::sigaction(sig, &act, &mut prev) } == 0 {
+                old.push((sig, prev));
+            }
+        }
+        SignalGuard { old }
+    }
+
+    /// The last signal caught, if any.
+    pub fn caught(&self) -> Option<i32> {
+        match CAUGHT.load(Ordering::SeqCst) {
+            0 => None,
+            s => Some(s),
+        }
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for (sig, prev) in &self.old {
+            // SAFETY: restoring the disposition saved in install().
+            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
+        }
+    }
+}
+
+/// Name of a signal ("SIGSEGV"), for messages.
+pub fn signal_name(sig: i32) -> String {
+    nix::sys::signal::Signal::try_from(sig)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("signal {sig}"))
+}

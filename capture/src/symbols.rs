@@ -1,0 +1,339 @@
+//! Symbolization: ELF facts for capture (entry point, function ranges for `--roi`) and
+//! instruction address to function and file:line for reports, through the trace's mappings.
+//!
+//! A runtime address inside a file-backed mapping becomes an ELF virtual address by way of
+//! the file offset and the PT_LOAD segment holding it, which handles position-independent
+//! executables and shared libraries at any load bias. DWARF line tables (addr2line) give
+//! file:line; the symbol table gives the containing function.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+use crate::trace::Mapping;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SymbolError {
+    #[error("cannot read {path}: {cause}")]
+    Read {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error("{path} is not an ELF file ({why})")]
+    NotElf { path: PathBuf, why: String },
+    #[error("{path} is a {arch} ELF file; mgbench captures x86-64 programs only")]
+    WrongArch { path: PathBuf, arch: String },
+    #[error("no function named {name:?} in {path}{}", suggestions(.close))]
+    UnknownFunction {
+        name: String,
+        path: PathBuf,
+        close: Vec<String>,
+    },
+}
+
+fn suggestions(close: &[String]) -> String {
+    if close.is_empty() {
+        " (and no similar names; is the program stripped?)".to_string()
+    } else {
+        format!("; close matches: {}", close.join(", "))
+    }
+}
+
+/// A function from the symbol table, at its link-time address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionSymbol {
+    /// Demangled name.
+    pub name: String,
+    /// Name as stored in the symbol table.
+    pub raw_name: String,
+    pub start: u64,
+    pub size: u64,
+}
+
+/// What capture needs to know about an executable.
+#[derive(Debug, Clone)]
+pub struct ElfImage {
+    pub path: PathBuf,
+    pub entry: u64,
+    /// Position-independent (ET_DYN): loaded at a bias chosen at run time.
+    pub is_pie: bool,
+    /// Link address of the segment that starts at file offset 0 (where the loader maps the
+    /// file's first page); runtime start of that mapping minus this is the load bias.
+    pub load_base: u64,
+    pub functions: Vec<FunctionSymbol>,
+}
+
+pub fn demangle(name: &str) -> String {
+    addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned()
+}
+
+impl ElfImage {
+    /// Reads an x86-64 ELF executable; errors say plainly when it is not one.
+    pub fn open(path: &Path) -> Result<ElfImage, SymbolError> {
+        let data = std::fs::read(path).map_err(|cause| SymbolError::Read {
+            path: path.to_path_buf(),
+            cause,
+        })?;
+        if !data.starts_with(b"\x7fELF") {
+            let why = if data.starts_with(b"#!") {
+                "it is a script: capture its interpreter, e.g. `mgbench capture -- /bin/sh SCRIPT`"
+                    .to_string()
+            } else {
+                "no ELF magic".to_string()
+            };
+            return Err(SymbolError::NotElf {
+                path: path.to_path_buf(),
+                why,
+            });
+        }
+        let file = object::File::parse(&*data).map_err(|e| SymbolError::NotElf {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })?;
+        if file.architecture() != object::Architecture::X86_64 {
+            return Err(SymbolError::WrongArch {
+                path: path.to_path_buf(),
+                arch: format!("{:?}", file.architecture()),
+            });
+        }
+        let mut functions: Vec<FunctionSymbol> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+            .filter_map(|s| {
+                let raw = s.name().ok()?.to_string();
+                Some(FunctionSymbol {
+                    name: demangle(&raw),
+                    raw_name: raw,
+                    start: s.address(),
+                    size: s.size(),
+                })
+            })
+            .collect();
+        functions.sort_by(|a, b| (a.start, &a.raw_name).cmp(&(b.start, &b.raw_name)));
+        functions.dedup_by(|a, b| a.start == b.start && a.raw_name == b.raw_name);
+        let load_base = file
+            .segments()
+            .filter(|s| s.file_range().0 == 0)
+            .map(|s| s.address())
+            .min()
+            .unwrap_or(0);
+        Ok(ElfImage {
+            path: path.to_path_buf(),
+            load_base,
+            entry: file.entry(),
+            is_pie: file.kind() == object::ObjectKind::Dynamic,
+            functions,
+        })
+    }
+
+    /// Functions named `name` (demangled, raw, or demangled without its hash/arguments).
+    pub fn find_function(&self, name: &str) -> Result<Vec<&FunctionSymbol>, SymbolError> {
+        let base = |n: &str| n.split('(').next().unwrap_or(n).to_string();
+        let hits: Vec<&FunctionSymbol> = self
+            .functions
+            .iter()
+            .filter(|f| f.name == name || f.raw_name == name || base(&f.name) == name)
+            .collect();
+        if !hits.is_empty() {
+            return Ok(hits);
+        }
+        Err(SymbolError::UnknownFunction {
+            name: name.to_string(),
+            path: self.path.clone(),
+            close: close_matches(name, self.functions.iter().map(|f| f.name.as_str())),
+        })
+    }
+}
+
+/// Up to five names containing `query` or within a small edit distance of it.
+pub fn close_matches<'a>(query: &str, names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let q = query.to_ascii_lowercase();
+    let mut scored: Vec<(usize, String)> = names
+        .filter_map(|n| {
+            let l = n.to_ascii_lowercase();
+            let d = edit_distance(&q, &l);
+            if l.contains(&q) || q.contains(&l) && l.len() > 2 {
+                Some((0, n.to_string()))
+            } else if d <= 2.max(q.len() / 4) {
+                Some((d, n.to_string()))
+            } else {
+                None
+            }
+        })
+        .collect();
+    scored.sort();
+    scored.dedup_by(|a, b| a.1 == b.1);
+    scored.into_iter().take(5).map(|(_, n)| n).collect()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Where an instruction comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SourceLocation {
+    /// The file mapped at the address (executable or library).
+    pub object: Option<String>,
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+impl SourceLocation {
+    /// "function (file:line)" or what is known of it.
+    pub fn describe(&self) -> String {
+        let func = self.function.as_deref().unwrap_or("??");
+        match (&self.file, self.line) {
+            (Some(f), Some(l)) => format!("{func} ({}:{l})", short_path(f)),
+            (Some(f), None) => format!("{func} ({})", short_path(f)),
+            _ => match &self.object {
+                Some(o) => format!("{func} [{}]", short_path(o)),
+                None => func.to_string(),
+            },
+        }
+    }
+}
+
+fn short_path(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+struct LoadedObject {
+    loader: addr2line::Loader,
+    /// (file offset, file size, vaddr) of each PT_LOAD segment.
+    segments: Vec<(u64, u64, u64)>,
+}
+
+/// Resolves instruction addresses of a traced process; caches per address and per file.
+pub struct Symbolizer {
+    mappings: Vec<Mapping>,
+    objects: HashMap<String, Option<LoadedObject>>,
+    cache: HashMap<u64, SourceLocation>,
+}
+
+impl Symbolizer {
+    pub fn new(mut mappings: Vec<Mapping>) -> Symbolizer {
+        mappings.sort_by_key(|m| (m.start, m.end));
+        mappings.dedup();
+        Symbolizer {
+            mappings,
+            objects: HashMap::new(),
+            cache: HashMap::new(),
+        }
+    }
+
+    pub fn resolve(&mut self, ip: u64) -> SourceLocation {
+        if let Some(hit) = self.cache.get(&ip) {
+            return hit.clone();
+        }
+        let loc = self.lookup(ip);
+        self.cache.insert(ip, loc.clone());
+        loc
+    }
+
+    fn lookup(&mut self, ip: u64) -> SourceLocation {
+        // The latest mapping covering ip wins (mappings can be replaced over time).
+        let Some(m) = self
+            .mappings
+            .iter()
+            .rev()
+            .find(|m| ip >= m.start && ip < m.end && !m.path.is_empty())
+            .cloned()
+        else {
+            return SourceLocation::default();
+        };
+        let mut loc = SourceLocation {
+            object: Some(m.path.clone()),
+            ..SourceLocation::default()
+        };
+        if !m.path.starts_with('/') {
+            return loc; // [heap], [stack], [vdso]...
+        }
+        let obj = self
+            .objects
+            .entry(m.path.clone())
+            .or_insert_with(|| load_object(Path::new(&m.path)));
+        let Some(obj) = obj else {
+            return loc;
+        };
+        let file_off = ip - m.start + m.offset;
+        let Some(&(off, _, vaddr)) = obj
+            .segments
+            .iter()
+            .find(|&&(off, size, _)| file_off >= off && file_off < off + size.max(1))
+        else {
+            return loc;
+        };
+        let elf_addr = file_off - off + vaddr;
+        loc.function = obj.loader.find_symbol(elf_addr).map(demangle);
+        if let Ok(Some(l)) = obj.loader.find_location(elf_addr) {
+            loc.file = l.file.map(str::to_string);
+            loc.line = l.line;
+        }
+        loc
+    }
+}
+
+fn load_object(path: &Path) -> Option<LoadedObject> {
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let segments = file
+        .segments()
+        .map(|s| {
+            let (off, size) = s.file_range();
+            (off, size, s.address())
+        })
+        .collect();
+    let loader = addr2line::Loader::new(path).ok()?;
+    Some(LoadedObject { loader, segments })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_matches_rank_substrings_and_typos() {
+        let names = ["spmv_rows", "main", "worker", "spmv_setup", "memcpy"];
+        let m = close_matches("spmv_row", names.iter().copied());
+        assert_eq!(m[0], "spmv_rows");
+        assert!(close_matches("wrker", names.iter().copied()).contains(&"worker".to_string()));
+        assert!(close_matches("zzzzzzzz", names.iter().copied()).is_empty());
+    }
+
+    #[test]
+    fn opens_this_test_binary() {
+        let exe = std::env::current_exe().unwrap();
+        let img = ElfImage::open(&exe).unwrap();
+        assert!(!img.functions.is_empty());
+        assert!(img.entry != 0);
+        let e = img.find_function("no_such_function_anywhere").unwrap_err();
+        assert!(e.to_string().contains("no function named"));
+    }
+
+    #[test]
+    fn rejects_non_elf() {
+        let dir = std::env::temp_dir().join(format!("mgb-sym-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("s.sh");
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        let e = ElfImage::open(&script).unwrap_err().to_string();
+        assert!(e.contains("script"), "{e}");
+    }
+}

@@ -1,0 +1,422 @@
+//! `mgbench capture`, `mgbench trace info|dump` and `mgbench import`.
+
+use std::ffi::OsString;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use mgbench_capture::backend::{
+    self, BackendKind, CaptureConfig, ProgramExit, DEFAULT_PERIOD, DEFAULT_WINDOW,
+};
+use mgbench_capture::import::{import_meta, ImportKind};
+use mgbench_capture::stats::trace_info;
+use mgbench_capture::symbols::Symbolizer;
+use mgbench_capture::trace::{EndInfo, Frame, Mode, TraceReader, TraceWriter};
+
+use super::replay::non_negative;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    Qemu,
+    Ptrace,
+    Pt,
+}
+
+#[derive(Debug, Args)]
+#[command(trailing_var_arg = true)]
+pub struct CaptureArgs {
+    /// Trace file to write (default: PROGRAM's name with .mgbt, in the current directory).
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+    /// How to record: qemu (default; QEMU user mode + mgbench's plugin), ptrace (native
+    /// single-stepping; AVX-512, --pid), pt (Intel PT with ptwrite, where present).
+    #[arg(short = 'b', long, value_enum, default_value_t = Backend::Qemu)]
+    backend: Backend,
+    /// Record every access instead of samples.
+    #[arg(long, conflicts_with_all = ["sample_window", "sample_period"])]
+    full: bool,
+    /// Accesses recorded per sample (default 1024).
+    #[arg(long, value_name = "W", value_parser = non_negative)]
+    sample_window: Option<usize>,
+    /// Accesses from one sample's start to the next's (default 16384: 1 in 16 recorded).
+    #[arg(long, value_name = "P", value_parser = non_negative)]
+    sample_period: Option<usize>,
+    /// Record only while FUNCTION runs (repeatable); callees count unless --roi-exclusive.
+    #[arg(long, value_name = "FUNCTION")]
+    roi: Vec<String>,
+    /// With --roi: record only the ROI functions' own instructions, not their callees'.
+    #[arg(long, requires = "roi")]
+    roi_exclusive: bool,
+    /// Attach to a running process (ptrace backend) instead of starting PROGRAM.
+    #[arg(long, value_name = "PID")]
+    pid: Option<i32>,
+    /// Program to run, and its arguments (`--` before them is optional).
+    #[arg(value_name = "PROGRAM [ARGS]...", allow_hyphen_values = true)]
+    command: Vec<OsString>,
+}
+
+fn default_output(program: &Path) -> PathBuf {
+    let stem = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace".into());
+    PathBuf::from(format!("{stem}.mgbt"))
+}
+
+pub fn capture(args: CaptureArgs) -> Result<i32> {
+    let mut command = args.command.into_iter();
+    let program = match (command.next(), args.pid) {
+        (Some(p), _) => PathBuf::from(p),
+        (None, Some(pid)) => PathBuf::from(format!("/proc/{pid}/exe")),
+        (None, None) => {
+            bail!("give the program to capture: mgbench capture [OPTIONS] [--] PROGRAM [ARGS]...")
+        }
+    };
+    let rest: Vec<OsString> = command.collect();
+    let mode = if args.full {
+        Mode::Full
+    } else {
+        let window = args.sample_window.map_or(DEFAULT_WINDOW, |w| w as u64);
+        let period = args
+            .sample_period
+            .map_or(DEFAULT_PERIOD.max(window), |p| p as u64);
+        if window == 0 {
+            bail!("--sample-window must be at least 1");
+        }
+        if period < window {
+            bail!("--sample-period ({period}) must be at least --sample-window ({window})");
+        }
+        Mode::Sampled { window, period }
+    };
+    let output = args.output.unwrap_or_else(|| default_output(&program));
+    let cfg = CaptureConfig {
+        program,
+        args: rest,
+        output,
+        backend: match args.backend {
+            Backend::Qemu => BackendKind::Qemu,
+            Backend::Ptrace => BackendKind::Ptrace,
+            Backend::Pt => BackendKind::Pt,
+        },
+        mode,
+        roi: args.roi,
+        roi_inclusive: !args.roi_exclusive,
+        pid: args.pid,
+    };
+    let report = backend::capture(&cfg)?;
+    let per = if report.recorded > 0 {
+        format!(
+            ", {:.2} B/access",
+            report.trace_bytes as f64 / report.recorded as f64
+        )
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "mgbench: {} accesses recorded ({} skipped by sampling) in {} thread(s) in {:.2} s -> {} ({} bytes{per})",
+        report.recorded,
+        report.skipped,
+        report.threads,
+        report.elapsed_s,
+        report.trace.display(),
+        report.trace_bytes,
+    );
+    for w in &report.warnings {
+        eprintln!("mgbench: warning: {w}");
+    }
+    if let Some(sig) = report.interrupted {
+        eprintln!(
+            "mgbench: interrupted by {}: the trace is finalised and readable",
+            backend::signal_name(sig)
+        );
+    }
+    match report.exit {
+        ProgramExit::Code(0) | ProgramExit::Detached => {}
+        ProgramExit::Code(c) => eprintln!("mgbench: the program exited with status {c}"),
+        ProgramExit::Signal(s) => eprintln!(
+            "mgbench: the program was killed by {} (the trace holds what was recorded before)",
+            backend::signal_name(s)
+        ),
+    }
+    Ok(report.exit.shell_status())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TraceCommand {
+    /// Summary: accesses, loads, stores, samples, threads, sample ratio, top instructions.
+    Info {
+        file: PathBuf,
+        #[arg(short = 'f', long, value_enum, default_value_t = InfoFormat::Table)]
+        format: InfoFormat,
+        /// How many of the most frequent instructions to list.
+        #[arg(long, default_value_t = 10, value_parser = non_negative)]
+        top: usize,
+    },
+    /// One access per line: thread, sample, ip, address, size, kind.
+    Dump {
+        file: PathBuf,
+        /// Stop after N accesses.
+        #[arg(short = 'n', long, value_parser = non_negative)]
+        limit: Option<usize>,
+        /// Add function and file:line to each line.
+        #[arg(long)]
+        symbols: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InfoFormat {
+    Table,
+    Json,
+}
+
+pub fn trace(cmd: TraceCommand) -> Result<i32> {
+    match cmd {
+        TraceCommand::Info { file, format, top } => info(&file, format, top),
+        TraceCommand::Dump {
+            file,
+            limit,
+            symbols,
+        } => dump(&file, limit, symbols),
+    }
+}
+
+fn info(file: &Path, format: InfoFormat, top: usize) -> Result<i32> {
+    let i = trace_info(file, top)?;
+    let mut out = std::io::stdout().lock();
+    if format == InfoFormat::Json {
+        serde_json::to_writer_pretty(&mut out, &i)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "trace        {}", i.path)?;
+        writeln!(out, "command      {}", i.command.join(" "))?;
+        let sampling = match (i.window, i.period) {
+            (Some(w), Some(p)) => format!(" (window {w}, period {p})"),
+            (Some(w), None) => format!(" (window {w})"),
+            _ => String::new(),
+        };
+        writeln!(out, "backend      {}, {}{sampling}", i.backend, i.mode)?;
+        if let Some(roi) = &i.roi {
+            writeln!(
+                out,
+                "roi          {} ({})",
+                roi.functions.join(", "),
+                if roi.inclusive {
+                    "with callees"
+                } else {
+                    "own instructions only"
+                }
+            )?;
+        }
+        writeln!(
+            out,
+            "accesses     {} ({} loads, {} stores)",
+            i.accesses, i.loads, i.stores
+        )?;
+        writeln!(out, "samples      {}", i.samples)?;
+        writeln!(out, "threads      {}", i.threads)?;
+        writeln!(
+            out,
+            "skipped      {} (sample ratio {:.2})",
+            i.skipped, i.sample_ratio
+        )?;
+        writeln!(out, "instructions {} distinct", i.distinct_instructions)?;
+        writeln!(
+            out,
+            "size         {} bytes ({:.2} B/access)",
+            i.file_bytes, i.bytes_per_access
+        )?;
+        match &i.end {
+            Some(e) => {
+                let how = match (e.exit_code, e.signal) {
+                    (Some(c), _) => format!("exited with {c}"),
+                    (_, Some(s)) => format!("killed by {}", backend::signal_name(s)),
+                    _ => "detached".into(),
+                };
+                writeln!(
+                    out,
+                    "program      {how}{}",
+                    if e.interrupted {
+                        " (capture interrupted)"
+                    } else {
+                        ""
+                    }
+                )?;
+                for err in &e.errors {
+                    writeln!(out, "error        {err}")?;
+                }
+            }
+            None => writeln!(
+                out,
+                "program      unknown: the trace has no end frame (the capture did not finish)"
+            )?,
+        }
+        if !i.top_instructions.is_empty() {
+            writeln!(
+                out,
+                "\n{:<18} {:>12} {:>12}  source",
+                "instruction", "loads", "stores"
+            )?;
+            for t in &i.top_instructions {
+                writeln!(
+                    out,
+                    "{:<18} {:>12} {:>12}  {}",
+                    t.ip,
+                    t.loads,
+                    t.stores,
+                    t.source.describe()
+                )?;
+            }
+        }
+    }
+    if let Some(d) = &i.damage {
+        bail!(
+            "{}: damaged at byte {}: {}; recovered {} accesses before it",
+            i.path,
+            d.offset,
+            d.reason,
+            i.accesses
+        );
+    }
+    Ok(0)
+}
+
+fn dump(file: &Path, limit: Option<usize>, symbols: bool) -> Result<i32> {
+    let f = std::fs::File::open(file)
+        .with_context(|| format!("cannot open trace {}", file.display()))?;
+    let mut r = TraceReader::open(BufReader::with_capacity(1 << 20, f))
+        .with_context(|| format!("{}", file.display()))?;
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut sym = symbols.then(|| Symbolizer::new(Vec::new()));
+    let mut maps = Vec::new();
+    let mut n = 0usize;
+    let limit = limit.unwrap_or(usize::MAX);
+    'frames: while let Some(frame) = r.next_frame()? {
+        match frame {
+            Frame::Mappings(m) => {
+                if symbols {
+                    maps.extend(m);
+                    sym = Some(Symbolizer::new(maps.clone()));
+                }
+            }
+            Frame::Chunk(c) => {
+                let mut k = 0usize;
+                for s in &c.samples {
+                    for a in &c.accesses[k..k + s.len as usize] {
+                        if n >= limit {
+                            break 'frames;
+                        }
+                        write!(
+                            out,
+                            "{} {} {:#x} {:#x} {} {}",
+                            c.thread,
+                            s.id,
+                            a.ip,
+                            a.addr,
+                            a.size,
+                            a.kind.as_str()
+                        )?;
+                        if let Some(sym) = sym.as_mut() {
+                            write!(out, " {}", sym.resolve(a.ip).describe())?;
+                        }
+                        writeln!(out)?;
+                        n += 1;
+                    }
+                    k += s.len as usize;
+                }
+            }
+            Frame::Note(_) | Frame::End(_) => {}
+        }
+    }
+    out.flush()?;
+    if let Some(d) = r.damage() {
+        bail!(
+            "{}: damaged at byte {}: {}; {} accesses were printed before it",
+            file.display(),
+            d.offset,
+            d.reason,
+            n
+        );
+    }
+    Ok(0)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFrom {
+    Gspin,
+    Lackey,
+    Memgaze,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Format of INPUT (gzip-compressed input is detected).
+    #[arg(long, value_enum)]
+    from: ImportFrom,
+    /// The trace to convert.
+    input: PathBuf,
+    /// The mgbench trace to write.
+    #[arg(short = 'o', long)]
+    output: PathBuf,
+}
+
+pub fn import(args: ImportArgs) -> Result<i32> {
+    let kind = match args.from {
+        ImportFrom::Gspin => ImportKind::Gspin,
+        ImportFrom::Lackey => ImportKind::Lackey,
+        ImportFrom::Memgaze => ImportKind::Memgaze,
+    };
+    let input = std::fs::File::open(&args.input)
+        .with_context(|| format!("cannot open {}", args.input.display()))?;
+    let mode = match kind {
+        // MemGaze text keeps sample ids but not how many accesses were skipped.
+        ImportKind::Memgaze => Mode::Sampled {
+            window: 0,
+            period: 0,
+        },
+        _ => Mode::Full,
+    };
+    let mut meta = import_meta(kind, &args.input.display().to_string(), mode);
+    if kind == ImportKind::Memgaze {
+        meta.notes.push(
+            "MemGaze text carries no skipped counts: the sample ratio is unknown (recorded as 1)"
+                .into(),
+        );
+    }
+    if kind == ImportKind::Memgaze {
+        meta.notes.push(
+            "MemGaze text has no load/store flag or size: accesses are recorded as 8-byte loads"
+                .into(),
+        );
+    }
+    let out = std::fs::File::create(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let mut w = TraceWriter::create(BufWriter::new(out), &meta)
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    let summary = match mgbench_capture::import::import(kind, input, &mut w) {
+        Ok(s) => s,
+        Err(e) => {
+            drop(w);
+            let _ = std::fs::remove_file(&args.output);
+            return Err(e).with_context(|| format!("{}", args.input.display()));
+        }
+    };
+    w.write_end(&EndInfo {
+        recorded: summary.accesses,
+        ..EndInfo::default()
+    })
+    .with_context(|| format!("cannot write {}", args.output.display()))?;
+    eprintln!(
+        "mgbench: imported {} accesses ({} thread(s), {} sample(s)) from {} -> {}",
+        summary.accesses,
+        summary.threads,
+        summary.samples,
+        args.input.display(),
+        args.output.display()
+    );
+    for (what, n) in &summary.ignored {
+        eprintln!("mgbench: note: skipped {n} {what}");
+    }
+    Ok(0)
+}

@@ -1,0 +1,57 @@
+//! Argument definitions (clap) and their translation into library configs; one module per
+//! stage. Each command returns the process exit status.
+
+mod capture;
+mod replay;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mgbench",
+    version,
+    about = "Turn the memory behaviour of real programs into portable benchmarks",
+    long_about = None
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Record a memory-access trace of an unmodified x86-64 program.
+    Capture(Box<capture::CaptureArgs>),
+    /// Inspect a trace: `trace info FILE`, `trace dump FILE`.
+    #[command(subcommand)]
+    Trace(capture::TraceCommand),
+    /// Convert a trace from another tool (gs_patterns, Valgrind lackey, MemGaze).
+    Import(capture::ImportArgs),
+    /// Run gather/scatter patterns (Spatter JSON) next to a STREAM baseline.
+    Replay(Box<replay::ReplayArgs>),
+    /// Run the STREAM benchmark (Copy, Scale, Add, Triad).
+    Stream(replay::StreamArgs),
+}
+
+/// Runs the command; returns the exit status for the process.
+pub fn run(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Capture(args) => capture::capture(*args),
+        Command::Trace(cmd) => capture::trace(cmd),
+        Command::Import(args) => capture::import(args),
+        Command::Replay(args) => replay::replay(*args).map(|()| 0),
+        Command::Stream(args) => replay::stream(args).map(|()| 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}
