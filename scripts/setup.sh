@@ -8,8 +8,10 @@ set -euo pipefail
 # Debian packages and the command that proves each is present.
 packages=()
 need() { command -v "$1" >/dev/null 2>&1 || packages+=("$2"); }
-need gcc build-essential       # C reference loops (scripts/bench) and -sys crates
+need gcc build-essential       # C reference loops, demo apps (scripts/apps), -sys crates
 need python3 python3           # scripts/*.py
+need qemu-x86_64 qemu-user     # capture --backend qemu (the default)
+need valgrind valgrind         # lackey: the oracle for per-instruction access counts in tests
 
 if [ "${#packages[@]}" -gt 0 ]; then
     sudo=""

@@ -21,9 +21,8 @@ mod sys;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::fs::OpenOptions;
-use std::io::BufWriter;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -149,7 +148,9 @@ impl Config {
 /// Per-thread state, touched only by its own vCPU thread (and by atexit, when every vCPU is
 /// stopped).
 struct Vcpu {
-    index: u32,
+    /// Thread id in the trace: unique over the run (QEMU reuses vCPU indices of exited
+    /// threads, which would merge two threads' streams).
+    thread: u32,
     off: bool,
     roi_gate: bool,
     roi_depth: u64,
@@ -233,7 +234,7 @@ impl Vcpu {
             let accesses = std::mem::replace(&mut self.buf, take_buffer());
             let samples = std::mem::take(&mut self.samples);
             let _ = self.tx.send(Msg::Chunk {
-                thread: self.index,
+                thread: self.thread,
                 samples,
                 accesses,
             });
@@ -318,8 +319,9 @@ extern "C" fn vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
         ));
         return;
     };
+    static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
     let v = Box::new(Vcpu {
-        index: vcpu,
+        thread: NEXT_THREAD.fetch_add(1, Ordering::Relaxed),
         off: false,
         roi_gate: p.cfg.roi_mode == RoiMode::Inclusive,
         roi_depth: 0,
@@ -509,7 +511,10 @@ struct WriterReport {
 }
 
 fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterReport {
-    let mut w = TraceWriter::append(BufWriter::with_capacity(1 << 20, file));
+    sys::block_all_signals();
+    // Unbuffered: each frame is one write(2), so a frame handed to the kernel survives the
+    // guest dying from a signal (QEMU then skips plugin exit hooks).
+    let mut w = TraceWriter::append(file);
     w.set_level(level);
     let mut report = WriterReport {
         chunks: 0,

@@ -77,3 +77,16 @@ pub fn outs(msg: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "mgbench-qemu-plugin: {msg}");
 }
+
+/// Blocks every signal in the calling (plugin-created) thread. QEMU handles host signals on
+/// the assumption that they arrive on vCPU threads; a process-directed signal (Ctrl-C,
+/// SIGXFSZ) delivered to our writer thread would crash it.
+pub fn block_all_signals() {
+    // SAFETY: sigset_t is plain data initialised by sigfillset; pthread_sigmask only changes
+    // the calling thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}

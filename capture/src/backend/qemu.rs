@@ -235,7 +235,15 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             cfg.roi.join(", ")
         ));
     }
-    let trace_bytes = finalize(&output, &end)?;
+    let trace_bytes = match finalize(&output, &end) {
+        Ok(n) => n,
+        Err(e) => {
+            warnings.push(format!(
+                "{e}: the trace has no end frame, but everything recorded before is readable"
+            ));
+            std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0)
+        }
+    };
     Ok(CaptureReport {
         trace: output,
         exit,

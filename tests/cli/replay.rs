@@ -1,26 +1,9 @@
-//! The `mgbench` binary as users run it: exit codes, stdout formats, results files, errors.
+//! `mgbench replay` and `mgbench stream` as users run them: exit codes, stdout formats,
+//! results files, errors.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
 
-fn mgbench(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mgbench"))
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("run mgbench")
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mgbench-cli-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use crate::common::{mgbench, stderr, temp_dir};
 
 #[test]
 fn inline_replay_prints_json_and_writes_results_files() {

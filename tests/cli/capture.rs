@@ -1,0 +1,665 @@
+//! `mgbench capture`, `trace info|dump` and `import` as users run them, on the demo programs.
+//! Tests that need QEMU or Valgrind say so (see common::have).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mgbench_capture::symbols::{ElfImage, Symbolizer};
+use mgbench_capture::trace::{AccessKind, Chunk, EndInfo, Frame, Mapping, TraceReader};
+
+use crate::common::{app, apps, have, mgbench, stderr, stdout, temp_dir};
+
+/// Everything in a trace.
+struct Trace {
+    chunks: Vec<Chunk>,
+    mappings: Vec<Mapping>,
+    end: Option<EndInfo>,
+    damaged: bool,
+}
+
+fn read_trace(path: &Path) -> Trace {
+    let f = std::fs::File::open(path).unwrap();
+    let mut r = TraceReader::open(std::io::BufReader::new(f)).unwrap();
+    let mut t = Trace {
+        chunks: vec![],
+        mappings: vec![],
+        end: None,
+        damaged: false,
+    };
+    while let Some(frame) = r.next_frame().unwrap() {
+        match frame {
+            Frame::Chunk(c) => t.chunks.push(c),
+            Frame::Mappings(m) => t.mappings.extend(m),
+            Frame::End(e) => t.end = Some(e),
+            Frame::Note(_) => {}
+        }
+    }
+    t.damaged = r.damage().is_some();
+    t
+}
+
+fn read_indices(path: &Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
+}
+
+/// The `x=0x...` address the SpMV demo prints.
+fn x_base(out: &str) -> u64 {
+    let hex = out.split("x=0x").nth(1).expect("spmv prints x=").trim();
+    u64::from_str_radix(hex, 16).unwrap()
+}
+
+fn need_qemu(what: &str) -> bool {
+    have("qemu-x86_64", what)
+}
+
+#[test]
+fn full_capture_of_spmv_records_the_exact_gather_addresses() {
+    if !need_qemu("full capture of SpMV") {
+        return;
+    }
+    let dir = temp_dir("spmv-full");
+    let (rows, nnz, iters) = (512u64, 4u64, 3u64);
+    let o = mgbench(
+        &[
+            "capture",
+            "--full",
+            "-o",
+            "t.mgbt",
+            &app("spmv"),
+            &format!("--rows={rows}"),
+            &format!("--nnz={nnz}"),
+            &format!("--iters={iters}"),
+            "--truth=cols.txt",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let x = x_base(&stdout(&o));
+    let cols = read_indices(&dir.join("cols.txt"));
+    assert_eq!(cols.len() as u64, rows * nnz);
+    let t = read_trace(&dir.join("t.mgbt"));
+    assert!(!t.damaged);
+    assert_eq!(t.end.as_ref().unwrap().exit_code, Some(0));
+    let gathers: Vec<(u64, u64)> = t
+        .chunks
+        .iter()
+        .flat_map(|c| c.accesses.iter())
+        .filter(|a| a.kind == AccessKind::Load && a.addr >= x && a.addr < x + 8 * rows)
+        .map(|a| (a.ip, a.addr))
+        .collect();
+    let want: Vec<u64> = (0..iters)
+        .flat_map(|_| cols.iter().map(|&c| x + 8 * c))
+        .collect();
+    let got: Vec<u64> = gathers.iter().map(|g| g.1).collect();
+    assert_eq!(got, want, "gather addresses in program order");
+    let ips: std::collections::BTreeSet<u64> = gathers.iter().map(|g| g.0).collect();
+    assert_eq!(ips.len(), 1, "one gather instruction");
+    let mut sym = Symbolizer::new(t.mappings.clone());
+    let loc = sym.resolve(*ips.iter().next().unwrap());
+    assert_eq!(loc.function.as_deref(), Some("spmv_rows"));
+    assert!(loc.file.unwrap().ends_with("spmv.c"));
+    // trace info agrees and says where the gather is.
+    let o = mgbench(&["trace", "info", "t.mgbt", "--format", "json"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for key in [
+        "accesses", "loads", "stores", "samples", "threads", "backend", "mode",
+    ] {
+        assert!(v.get(key).is_some(), "trace info JSON lacks {key}");
+    }
+    assert_eq!(v["backend"], "qemu");
+    assert_eq!(v["mode"], "full");
+    assert_eq!(v["sample_ratio"], 1.0);
+    assert!(v["bytes_per_access"].as_f64().unwrap() < 4.0);
+    assert!(v["top_instructions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|i| i["function"] == "spmv_rows" && i["loads"] == iters * rows * nnz));
+}
+
+#[test]
+fn per_instruction_counts_agree_with_valgrind_lackey() {
+    if !need_qemu("the lackey comparison") || !have("valgrind", "the lackey comparison") {
+        return;
+    }
+    let dir = temp_dir("lackey");
+    let prog = apps().join("nopie/histogram").display().to_string();
+    let args = ["--n=3000", "--bins=512", "--iters=2"];
+    let lk = Command::new("valgrind")
+        .args([
+            "--tool=lackey",
+            "--trace-mem=yes",
+            "--log-file=lackey.txt",
+            &prog,
+        ])
+        .args(args)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(lk.status.success(), "{}", stderr(&lk));
+    let o = mgbench(
+        &["import", "--from", "lackey", "lackey.txt", "-o", "lk.mgbt"],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut cap = vec!["capture", "--full", "-o", "q.mgbt", prog.as_str()];
+    cap.extend(args);
+    let o = mgbench(&cap, &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Compare the program's own code (libraries load at different places under each tool).
+    let img = ElfImage::open(Path::new(&prog)).unwrap();
+    let lo = img.functions.iter().map(|f| f.start).min().unwrap();
+    let hi = img
+        .functions
+        .iter()
+        .map(|f| f.start + f.size)
+        .max()
+        .unwrap();
+    let counts = |p: &str| {
+        let mut c: BTreeMap<(u64, &'static str), u64> = BTreeMap::new();
+        for ch in read_trace(&dir.join(p)).chunks {
+            for a in ch.accesses.iter().filter(|a| a.ip >= lo && a.ip < hi) {
+                *c.entry((a.ip, a.kind.as_str())).or_default() += 1;
+            }
+        }
+        c
+    };
+    let (lackey, qemu) = (counts("lk.mgbt"), counts("q.mgbt"));
+    assert!(lackey.len() > 20, "{} instructions", lackey.len());
+    assert_eq!(qemu, lackey, "per-instruction load/store counts differ");
+}
+
+#[test]
+fn sampled_traces_hold_the_configured_windows_and_skips() {
+    if !need_qemu("sampled capture") {
+        return;
+    }
+    let dir = temp_dir("sampled");
+    let o = mgbench(
+        &[
+            "capture",
+            "--sample-window",
+            "100",
+            "--sample-period",
+            "1000",
+            "-o",
+            "s.mgbt",
+            &app("spmv"),
+            "--rows=2048",
+            "--iters=6",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = read_trace(&dir.join("s.mgbt"));
+    // Merge sample parts split across chunks (same id), per thread.
+    let mut samples: BTreeMap<(u32, u64), (u64, u64)> = BTreeMap::new();
+    for c in &t.chunks {
+        assert!(c.is_consistent());
+        for s in &c.samples {
+            let e = samples
+                .entry((c.thread, s.id))
+                .or_insert((s.skipped_before, 0));
+            e.1 += u64::from(s.len);
+        }
+    }
+    let main: Vec<(u64, u64)> = samples
+        .iter()
+        .filter(|((t, _), _)| *t == 0)
+        .map(|(_, &v)| v)
+        .collect();
+    assert!(main.len() > 100, "{} samples", main.len());
+    assert_eq!(main[0].0, 0, "the first sample starts at the first access");
+    for (k, &(skip, len)) in main.iter().enumerate() {
+        if k + 1 < main.len() {
+            assert_eq!(len, 100, "sample {k} length");
+        }
+        if k > 0 {
+            assert_eq!(skip, 900, "sample {k} skipped");
+        }
+    }
+    let o = mgbench(&["trace", "info", "s.mgbt", "-f", "json"], &dir);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mode"], "sampled");
+    assert_eq!(
+        (v["window"].as_u64(), v["period"].as_u64()),
+        (Some(100), Some(1000))
+    );
+    let ratio = v["sample_ratio"].as_f64().unwrap();
+    assert!((ratio - 10.0).abs() < 0.1, "sample ratio {ratio}");
+}
+
+/// Link-time range of a function of a non-PIE demo.
+fn func_range(prog: &str, name: &str) -> (u64, u64) {
+    let img = ElfImage::open(Path::new(prog)).unwrap();
+    let f = img.find_function(name).unwrap()[0].clone();
+    (f.start, f.start + f.size)
+}
+
+#[test]
+fn roi_keeps_only_the_named_function() {
+    if !need_qemu("ROI capture") {
+        return;
+    }
+    let dir = temp_dir("roi");
+    let prog = apps().join("nopie/spmv").display().to_string();
+    let ips = |file: &str| -> Vec<u64> {
+        read_trace(&dir.join(file))
+            .chunks
+            .iter()
+            .flat_map(|c| c.accesses.iter().map(|a| a.ip))
+            .collect()
+    };
+    let run = |extra: &[&str], out: &str| {
+        let mut a = vec!["capture", "--full", "-o", out];
+        a.extend(extra);
+        a.extend([prog.as_str(), "--rows=256", "--nnz=4", "--iters=2"]);
+        let o = mgbench(&a, &dir);
+        assert!(o.status.success(), "{}", stderr(&o));
+        o
+    };
+    let spmv_rows = func_range(&prog, "spmv_rows");
+    let worker = func_range(&prog, "worker");
+    // Exclusive: only the function's own instructions.
+    run(&["--roi", "worker", "--roi-exclusive"], "ex.mgbt");
+    let ex = ips("ex.mgbt");
+    assert!(!ex.is_empty());
+    assert!(ex.iter().all(|&ip| ip >= worker.0 && ip < worker.1));
+    // Inclusive: the callee spmv_rows counts, nothing outside the two functions does.
+    run(&["--roi", "worker"], "in.mgbt");
+    let inc = ips("in.mgbt");
+    let in_rows = inc
+        .iter()
+        .filter(|&&ip| ip >= spmv_rows.0 && ip < spmv_rows.1)
+        .count();
+    assert!(in_rows >= 2 * 256 * 4 * 3, "{in_rows} spmv_rows accesses");
+    assert!(inc
+        .iter()
+        .all(|&ip| (ip >= worker.0 && ip < worker.1) || (ip >= spmv_rows.0 && ip < spmv_rows.1)));
+    // The PIE build resolves the same function at its load address.
+    let o = mgbench(
+        &[
+            "capture",
+            "--full",
+            "--roi",
+            "spmv_rows",
+            "-o",
+            "pie.mgbt",
+            &app("spmv"),
+            "--rows=256",
+            "--nnz=4",
+            "--iters=2",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = read_trace(&dir.join("pie.mgbt"));
+    let mut sym = Symbolizer::new(t.mappings.clone());
+    let n: usize = t.chunks.iter().map(|c| c.accesses.len()).sum();
+    assert!(n >= 256 * 4 * 3 * 2);
+    for c in &t.chunks {
+        for a in &c.accesses {
+            assert_eq!(sym.resolve(a.ip).function.as_deref(), Some("spmv_rows"));
+        }
+    }
+}
+
+#[test]
+fn roi_errors_and_never_entered() {
+    if !need_qemu("ROI capture") {
+        return;
+    }
+    let dir = temp_dir("roi-bad");
+    let o = mgbench(&["capture", "--roi", "spmv_row", &app("spmv")], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("no function named \"spmv_row\"") && e.contains("close matches: spmv_rows"),
+        "{e}"
+    );
+    let o = mgbench(
+        &[
+            "capture",
+            "--full",
+            "--roi",
+            "spmv_never_called",
+            "-o",
+            "n.mgbt",
+            &app("spmv"),
+            "--iters=1",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("was never entered"), "{}", stderr(&o));
+    let t = read_trace(&dir.join("n.mgbt"));
+    assert_eq!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>(), 0);
+    assert_eq!(t.end.unwrap().exit_code, Some(0));
+}
+
+#[test]
+fn threads_get_their_own_streams() {
+    if !need_qemu("multi-threaded capture") {
+        return;
+    }
+    let dir = temp_dir("threads");
+    let (rows, nnz) = (600u64, 4u64);
+    let o = mgbench(
+        &[
+            "capture",
+            "--full",
+            "-o",
+            "t.mgbt",
+            &app("spmv"),
+            "--threads=2",
+            &format!("--rows={rows}"),
+            &format!("--nnz={nnz}"),
+            "--iters=2",
+            "--truth=cols.txt",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let x = x_base(&stdout(&o));
+    let cols = read_indices(&dir.join("cols.txt"));
+    let t = read_trace(&dir.join("t.mgbt"));
+    let mut per_thread: HashMap<u32, Vec<u64>> = HashMap::new();
+    for c in &t.chunks {
+        for a in c
+            .accesses
+            .iter()
+            .filter(|a| a.kind == AccessKind::Load && a.addr >= x && a.addr < x + 8 * rows)
+        {
+            per_thread.entry(c.thread).or_default().push(a.addr);
+        }
+    }
+    assert_eq!(
+        per_thread.len(),
+        2,
+        "two worker threads gather: {:?}",
+        per_thread.keys()
+    );
+    // Each worker gathers exactly its block of rows, twice, in order.
+    let mut blocks: Vec<Vec<u64>> = (0..2u64)
+        .map(|t| {
+            let (r0, r1) = (rows * t / 2, rows * (t + 1) / 2);
+            let one: Vec<u64> = cols[(r0 * nnz) as usize..(r1 * nnz) as usize]
+                .iter()
+                .map(|&c| x + 8 * c)
+                .collect();
+            [one.clone(), one].concat()
+        })
+        .collect();
+    let mut got: Vec<Vec<u64>> = per_thread.into_values().collect();
+    got.sort();
+    blocks.sort();
+    assert_eq!(got, blocks);
+}
+
+fn write_exe(path: &Path, contents: &[u8]) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, contents).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn bad_programs_are_refused_before_anything_runs() {
+    let dir = temp_dir("badprog");
+    let cases: Vec<(PathBuf, &str)> = {
+        std::fs::write(dir.join("noexec"), b"\x7fELF").unwrap();
+        write_exe(&dir.join("data"), b"just some bytes, not a program");
+        write_exe(&dir.join("script.sh"), b"#!/bin/sh\necho hi\n");
+        // A minimal 64-bit little-endian ELF header for AArch64 (e_machine 183).
+        let mut elf = vec![0u8; 64];
+        elf[..8].copy_from_slice(b"\x7fELF\x02\x01\x01\x00");
+        elf[16] = 2; // ET_EXEC
+        elf[18] = 183;
+        elf[20] = 1;
+        elf[52] = 64; // e_ehsize
+        elf[54] = 56; // e_phentsize
+        elf[58] = 64; // e_shentsize
+        write_exe(&dir.join("arm64"), &elf);
+        vec![
+            (dir.join("missing"), "cannot find program"),
+            (dir.join("noexec"), "no execute permission"),
+            (dir.join("data"), "not an ELF file"),
+            (dir.join("script.sh"), "script"),
+            (dir.join("arm64"), "x86-64"),
+        ]
+    };
+    for (prog, want) in cases {
+        let o = mgbench(
+            &["capture", "-o", "x.mgbt", &prog.display().to_string()],
+            &dir,
+        );
+        assert_eq!(o.status.code(), Some(1), "{}", prog.display());
+        let e = stderr(&o);
+        assert!(
+            e.starts_with("mgbench: ") && e.contains(want),
+            "{}: {e}",
+            prog.display()
+        );
+        assert!(
+            !dir.join("x.mgbt").exists(),
+            "no trace for a refused program"
+        );
+    }
+    let o = mgbench(&["capture"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("give the program"));
+    let o = mgbench(&["capture", "--backend", "pt", &app("spmv")], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("pt backend is not available"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_crashing_program_leaves_a_valid_trace_and_its_signal() {
+    if !need_qemu("capture of a crash") {
+        return;
+    }
+    let dir = temp_dir("crash");
+    std::fs::write(
+        dir.join("crash.c"),
+        "#include <stdlib.h>\nint main(int c, char **v) { long n = atol(v[1]); volatile double *a = malloc(8 * n);\n\
+         for (long i = 0; i < n; i++) a[i] = i; return (int)*(volatile int *)0; }\n",
+    )
+    .unwrap();
+    assert!(Command::new("gcc")
+        .args(["-O1", "-o", "crash", "crash.c"])
+        .current_dir(&dir)
+        .status()
+        .unwrap()
+        .success());
+    let stores = 3_000_000usize;
+    let o = mgbench(
+        &[
+            "capture",
+            "--full",
+            "-o",
+            "c.mgbt",
+            "./crash",
+            &stores.to_string(),
+        ],
+        &dir,
+    );
+    assert_eq!(o.status.code(), Some(139), "128 + SIGSEGV");
+    assert!(stderr(&o).contains("SIGSEGV"), "{}", stderr(&o));
+    let t = read_trace(&dir.join("c.mgbt"));
+    assert!(!t.damaged);
+    let end = t.end.expect("end frame");
+    assert_eq!(end.signal, Some(11));
+    // QEMU skips plugin exit hooks when the guest dies from a signal: what was still in the
+    // thread's buffer (64 Ki accesses) and the writer's queue (4 chunks) is lost, no more.
+    let n: usize = t.chunks.iter().map(|c| c.accesses.len()).sum();
+    assert!(n >= stores - 5 * 65536, "{n} of {stores} stores kept");
+    let o = mgbench(&["trace", "info", "c.mgbt"], &dir);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("killed by SIGSEGV"), "{}", stdout(&o));
+}
+
+#[test]
+fn ctrl_c_finalises_the_trace() {
+    if !need_qemu("interrupted capture") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let dir = temp_dir("ctrlc");
+    // Its own process group, as a terminal job: Ctrl-C reaches mgbench and the program.
+    let child = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+        .args([
+            "capture",
+            "-o",
+            "i.mgbt",
+            &app("spmv"),
+            "--rows=65536",
+            "--iters=1000000",
+        ])
+        .current_dir(&dir)
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let pgid = child.id();
+    let k = Command::new("kill")
+        .args(["-INT", "--", &format!("-{pgid}")])
+        .status()
+        .unwrap();
+    assert!(k.success());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "128 + SIGINT: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("interrupted by SIGINT"),
+        "{}",
+        stderr(&o)
+    );
+    let t = read_trace(&dir.join("i.mgbt"));
+    assert!(!t.damaged, "the trace is readable");
+    let end = t.end.expect("finalised with an end frame");
+    assert!(end.interrupted);
+    assert_eq!(end.signal, Some(2));
+    assert!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>() > 0);
+}
+
+#[test]
+fn a_full_disk_stops_recording_but_keeps_what_was_written() {
+    if !need_qemu("capture onto a full disk") {
+        return;
+    }
+    let dir = temp_dir("diskfull");
+    // A file-size limit makes writes fail the way a full disk does (EFBIG instead of ENOSPC);
+    // SIGXFSZ is ignored so the failing write returns an error instead of killing QEMU.
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 256; exec {} capture --full -o f.mgbt {} --rows=4096 --iters=40",
+        env!("CARGO_BIN_EXE_mgbench"),
+        app("spmv")
+    );
+    let o = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "the program itself succeeds: {e}");
+    assert!(e.contains("cannot write trace"), "{e}");
+    let o = mgbench(&["trace", "info", "f.mgbt", "-f", "json"], &dir);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["accesses"].as_u64().unwrap() > 10_000,
+        "what fit is readable: {v}"
+    );
+}
+
+#[test]
+fn damaged_traces_report_offset_and_what_was_recovered() {
+    if !need_qemu("a damaged trace") {
+        return;
+    }
+    let dir = temp_dir("damaged");
+    let o = mgbench(
+        &[
+            "capture",
+            "--full",
+            "-o",
+            "d.mgbt",
+            &app("histogram"),
+            "--n=300000",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(dir.join("d.mgbt")).unwrap();
+    std::fs::write(dir.join("cut.mgbt"), &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let o = mgbench(&["trace", "info", "cut.mgbt"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("damaged at byte") && e.contains("recovered") && e.contains("accesses"),
+        "{e}"
+    );
+    assert!(
+        stdout(&o).contains("accesses"),
+        "what was recovered is still shown"
+    );
+    let o = mgbench(
+        &["trace", "info", "Cargo.toml"],
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("not an mgbench trace"),
+        "{}",
+        stderr(&o)
+    );
+    let o = mgbench(&["trace", "dump", "d.mgbt", "--limit", "5"], &dir);
+    assert!(o.status.success());
+    assert_eq!(stdout(&o).lines().count(), 5);
+}
+
+#[test]
+fn import_from_the_command_line() {
+    let dir = temp_dir("import");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("capture/tests/data/lackey.txt");
+    let o = mgbench(
+        &[
+            "import",
+            "--from",
+            "lackey",
+            &fixture.display().to_string(),
+            "-o",
+            "l.mgbt",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mgbench(&["trace", "info", "l.mgbt", "-f", "json"], &dir);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (
+            v["accesses"].as_u64(),
+            v["loads"].as_u64(),
+            v["stores"].as_u64()
+        ),
+        (Some(6), Some(4), Some(2))
+    );
+    assert_eq!(v["backend"], "import:lackey");
+    std::fs::write(dir.join("bad.txt"), "I  401000,4\n Q 7000,8\n").unwrap();
+    let o = mgbench(
+        &["import", "--from", "lackey", "bad.txt", "-o", "b.mgbt"],
+        &dir,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("bad.txt: line 2"), "{}", stderr(&o));
+    assert!(!dir.join("b.mgbt").exists(), "no half-written output");
+}

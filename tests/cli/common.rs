@@ -1,0 +1,79 @@
+//! Helpers: running mgbench, temporary directories, the demo programs, tool gating.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub fn mgbench(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mgbench"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("run mgbench")
+}
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mgbench-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(tool).is_file()))
+}
+
+/// Whether `tool` is installed. Tests that need it call this first: locally a missing tool
+/// skips the test with a message; under CI (CI=true) it fails, so CI cannot skip silently.
+pub fn have(tool: &str, what: &str) -> bool {
+    if on_path(tool) {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{what} needs {tool}, which CI installs with scripts/setup.sh");
+    }
+    eprintln!("skipped: {what} needs {tool} (install it with scripts/setup.sh)");
+    false
+}
+
+/// The demo programs (scripts/apps), built once per test run; `nopie/` holds non-PIE builds
+/// whose addresses match between QEMU and Valgrind.
+pub fn apps() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("apps");
+        let ok = Command::new(root.join("scripts/apps/build.sh"))
+            .arg(&out)
+            .status()
+            .expect("run scripts/apps/build.sh")
+            .success();
+        assert!(ok, "scripts/apps/build.sh failed");
+        let nopie = out.join("nopie");
+        std::fs::create_dir_all(&nopie).unwrap();
+        for app in ["histogram", "spmv"] {
+            let ok = Command::new("gcc")
+                .args(["-O2", "-g", "-no-pie", "-pthread", "-o"])
+                .arg(nopie.join(app))
+                .arg(root.join(format!("scripts/apps/{app}.c")))
+                .status()
+                .expect("gcc")
+                .success();
+            assert!(ok, "building the non-PIE {app} failed");
+        }
+        out
+    })
+}
+
+pub fn app(name: &str) -> String {
+    apps().join(name).display().to_string()
+}
