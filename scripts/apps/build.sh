@@ -14,4 +14,5 @@ flags=(-O2 -g -fno-omit-frame-pointer -Wall -Wextra)
 "$cc" "${flags[@]}" -o "$out/histogram" "$here/histogram.c"
 "$cc" "${flags[@]}" -o "$out/stencil" "$here/stencil.c"
 "$cc" "${flags[@]}" -o "$out/gups" "$here/gups.c"
+"$cc" "${flags[@]}" -o "$out/gather" "$here/gather.c"
 echo "built demos in $out"

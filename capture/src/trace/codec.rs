@@ -7,7 +7,7 @@
 //! byte per access and gathers pay only for their randomness. The table starts empty in every
 //! chunk, which keeps chunks independently decodable.
 
-use super::varint::{put_i64, put_u64, Cursor};
+use super::varint::{put_u64, Cursor};
 use super::{Access, AccessKind, Chunk, SampleHeader};
 
 const STORE: u8 = 1;
@@ -57,12 +57,12 @@ impl Predictor {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn slot(ip: u64) -> usize {
         (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TABLE_BITS)) as usize
     }
 
-    #[inline]
+    #[inline(always)]
     fn predict(&self, ip: u64) -> u64 {
         let s = &self.table[Self::slot(ip)];
         if s.used && s.ip == ip {
@@ -72,7 +72,7 @@ impl Predictor {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn update(&mut self, ip: u64, addr: u64) {
         let s = &mut self.table[Self::slot(ip)];
         if s.used && s.ip == ip {
@@ -91,110 +91,219 @@ impl Predictor {
     }
 }
 
+const MAX_VARINT: usize = 10;
+/// Worst case per access: info, explicit size, two varints.
+const MAX_ACCESS_BYTES: usize = 2 + 2 * MAX_VARINT;
+
+/// Writes a zigzag LEB128 value into `out` (at least MAX_VARINT bytes); returns its length.
+#[inline(always)]
+fn write_zigzag(out: &mut [u8], v: i64) -> usize {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    let mut i = 0;
+    while z >= 0x80 {
+        out[i] = (z as u8) | 0x80;
+        z >>= 7;
+        i += 1;
+    }
+    out[i] = z as u8;
+    i + 1
+}
+
 fn size_code(size: u8) -> Option<u8> {
     (size.is_power_of_two() && size <= 128).then(|| size.trailing_zeros() as u8)
 }
 
-/// Encodes and compresses a chunk into a frame payload.
+/// Encodes chunks, reusing its zstd context and scratch buffer between calls (a fresh zstd
+/// context per chunk costs megabytes of table setup and page faults).
+pub struct ChunkEncoder {
+    raw: Vec<u8>,
+    compressed: Vec<u8>,
+    compressor: Option<zstd::bulk::Compressor<'static>>,
+}
+
+impl ChunkEncoder {
+    pub fn new(level: i32) -> ChunkEncoder {
+        ChunkEncoder {
+            raw: Vec::new(),
+            compressed: Vec::new(),
+            compressor: zstd::bulk::Compressor::new(level).ok(),
+        }
+    }
+
+    /// Encodes one thread's `n` accesses, in `samples`, into `out` (cleared first).
+    pub fn encode_into<I: IntoIterator<Item = Access>>(
+        &mut self,
+        thread: u32,
+        samples: &[SampleHeader],
+        accesses: I,
+        n: usize,
+        out: &mut Vec<u8>,
+    ) {
+        let raw = &mut self.raw;
+        raw.clear();
+        put_u64(raw, u64::from(thread));
+        put_u64(raw, samples.len() as u64);
+        for s in samples {
+            put_u64(raw, s.id);
+            put_u64(raw, s.skipped_before);
+            put_u64(raw, u64::from(s.len));
+        }
+        put_u64(raw, n as u64);
+        let mut p = Predictor::new();
+        // Bytes are written by index into a buffer sized for the worst case and truncated at
+        // the end: at tens of millions of accesses per second, per-byte pushes dominate.
+        let mut pos = raw.len();
+        raw.resize(pos + n * MAX_ACCESS_BYTES, 0);
+        for a in accesses.into_iter().take(n) {
+            let mut info = if a.kind == AccessKind::Store {
+                STORE
+            } else {
+                0
+            };
+            let code = size_code(a.size);
+            match code {
+                Some(c) => info |= c << SIZE_SHIFT,
+                None => info |= EXPLICIT_SIZE,
+            }
+            let same_ip = a.ip == p.prev_ip;
+            if same_ip {
+                info |= SAME_IP;
+            }
+            let pred = p.predict(a.ip);
+            if a.addr == pred {
+                info |= PREDICTED;
+            }
+            raw[pos] = info;
+            pos += 1;
+            if code.is_none() {
+                raw[pos] = a.size;
+                pos += 1;
+            }
+            if !same_ip {
+                pos += write_zigzag(&mut raw[pos..], a.ip.wrapping_sub(p.prev_ip) as i64);
+            }
+            if a.addr != pred {
+                pos += write_zigzag(&mut raw[pos..], a.addr.wrapping_sub(pred) as i64);
+            }
+            p.update(a.ip, a.addr);
+        }
+        raw.truncate(pos);
+        out.clear();
+        if let Some(c) = self.compressor.as_mut() {
+            // zstd writes its output from the start of the Vec, so compress aside and copy.
+            let comp = &mut self.compressed;
+            comp.clear();
+            comp.reserve(zstd::zstd_safe::compress_bound(raw.len()));
+            if c.compress_to_buffer(&raw[..], comp).is_ok() {
+                put_u64(out, raw.len() as u64);
+                out.extend_from_slice(comp);
+                return;
+            }
+        }
+        // No compressor (or it failed): store the raw bytes behind a zero marker.
+        out.clear();
+        put_u64(out, 0);
+        put_u64(out, raw.len() as u64);
+        out.extend_from_slice(raw);
+    }
+}
+
+/// Encodes and compresses a chunk into a frame payload (one-off; see [`ChunkEncoder`]).
 pub fn encode_chunk(chunk: &Chunk, level: i32) -> Vec<u8> {
-    let mut raw = Vec::with_capacity(16 + chunk.accesses.len() * 4);
-    put_u64(&mut raw, u64::from(chunk.thread));
-    put_u64(&mut raw, chunk.samples.len() as u64);
-    for s in &chunk.samples {
-        put_u64(&mut raw, s.id);
-        put_u64(&mut raw, s.skipped_before);
-        put_u64(&mut raw, u64::from(s.len));
-    }
-    put_u64(&mut raw, chunk.accesses.len() as u64);
-    let mut p = Predictor::new();
-    for a in &chunk.accesses {
-        let mut info = if a.kind == AccessKind::Store {
-            STORE
-        } else {
-            0
-        };
-        let code = size_code(a.size);
-        match code {
-            Some(c) => info |= c << SIZE_SHIFT,
-            None => info |= EXPLICIT_SIZE,
-        }
-        let same_ip = a.ip == p.prev_ip;
-        if same_ip {
-            info |= SAME_IP;
-        }
-        let pred = p.predict(a.ip);
-        if a.addr == pred {
-            info |= PREDICTED;
-        }
-        raw.push(info);
-        if code.is_none() {
-            raw.push(a.size);
-        }
-        if !same_ip {
-            put_i64(&mut raw, a.ip.wrapping_sub(p.prev_ip) as i64);
-        }
-        if a.addr != pred {
-            put_i64(&mut raw, a.addr.wrapping_sub(pred) as i64);
-        }
-        p.update(a.ip, a.addr);
-    }
-    let mut out = Vec::with_capacity(raw.len() / 2 + 16);
-    put_u64(&mut out, raw.len() as u64);
-    // Compressing into a Vec cannot fail for a valid level; fall back to storing raw bytes
-    // behind a zero marker if it somehow does.
-    match zstd::bulk::compress(&raw, level) {
-        Ok(c) => out.extend_from_slice(&c),
-        Err(_) => {
-            out.clear();
-            put_u64(&mut out, 0);
-            put_u64(&mut out, raw.len() as u64);
-            out.extend_from_slice(&raw);
-        }
-    }
+    let mut out = Vec::new();
+    ChunkEncoder::new(level).encode_into(
+        chunk.thread,
+        &chunk.samples,
+        chunk.accesses.iter().copied(),
+        chunk.accesses.len(),
+        &mut out,
+    );
     out
 }
 
-/// Decompresses and decodes a chunk payload.
-pub fn decode_chunk(payload: &[u8]) -> Result<Chunk, CodecError> {
-    let mut c = Cursor::new(payload);
-    let raw_len = c.u64().ok_or(CodecError::Malformed(0))?;
-    let raw_storage;
-    let raw: &[u8] = if raw_len == 0 {
-        let n = c.u64().ok_or(CodecError::Malformed(c.position()))?;
-        if n > MAX_RAW_CHUNK {
-            return Err(CodecError::TooLarge(n));
+/// Decodes chunks, reusing its zstd context and buffers between calls.
+pub struct ChunkDecoder {
+    raw: Vec<u8>,
+    decompressor: Option<zstd::bulk::Decompressor<'static>>,
+}
+
+impl Default for ChunkDecoder {
+    fn default() -> Self {
+        ChunkDecoder::new()
+    }
+}
+
+impl ChunkDecoder {
+    pub fn new() -> ChunkDecoder {
+        ChunkDecoder {
+            raw: Vec::new(),
+            decompressor: zstd::bulk::Decompressor::new().ok(),
         }
-        c.bytes(n as usize)
-            .ok_or(CodecError::Malformed(c.position()))?
-    } else {
+    }
+
+    /// Decompresses and decodes a chunk payload.
+    pub fn decode(&mut self, payload: &[u8]) -> Result<Chunk, CodecError> {
+        let mut chunk = Chunk::default();
+        self.decode_into(payload, &mut chunk)?;
+        Ok(chunk)
+    }
+
+    /// Like [`ChunkDecoder::decode`], reusing `chunk`'s vectors.
+    pub fn decode_into(&mut self, payload: &[u8], chunk: &mut Chunk) -> Result<(), CodecError> {
+        let mut c = Cursor::new(payload);
+        let raw_len = c.u64().ok_or(CodecError::Malformed(0))?;
+        if raw_len == 0 {
+            let n = c.u64().ok_or(CodecError::Malformed(c.position()))?;
+            if n > MAX_RAW_CHUNK {
+                return Err(CodecError::TooLarge(n));
+            }
+            let raw = c
+                .bytes(n as usize)
+                .ok_or(CodecError::Malformed(c.position()))?;
+            return decode_raw(raw, chunk);
+        }
         if raw_len > MAX_RAW_CHUNK {
             return Err(CodecError::TooLarge(raw_len));
         }
         let rest = &payload[c.position()..];
-        raw_storage = zstd::bulk::decompress(rest, raw_len as usize)
-            .map_err(|e| CodecError::Decompress(e.to_string()))?;
-        if raw_storage.len() as u64 != raw_len {
+        self.raw.clear();
+        self.raw.reserve(raw_len as usize);
+        let got = match self.decompressor.as_mut() {
+            Some(d) => d
+                .decompress_to_buffer(rest, &mut self.raw)
+                .map_err(|e| CodecError::Decompress(e.to_string()))?,
+            None => {
+                self.raw = zstd::bulk::decompress(rest, raw_len as usize)
+                    .map_err(|e| CodecError::Decompress(e.to_string()))?;
+                self.raw.len()
+            }
+        };
+        if got as u64 != raw_len {
             return Err(CodecError::Decompress(format!(
-                "{} bytes instead of {raw_len}",
-                raw_storage.len()
+                "{got} bytes instead of {raw_len}"
             )));
         }
-        &raw_storage
-    };
-    decode_raw(raw)
+        decode_raw(&self.raw, chunk)
+    }
 }
 
-fn decode_raw(raw: &[u8]) -> Result<Chunk, CodecError> {
+/// Decompresses and decodes a chunk payload (one-off; see [`ChunkDecoder`]).
+pub fn decode_chunk(payload: &[u8]) -> Result<Chunk, CodecError> {
+    ChunkDecoder::new().decode(payload)
+}
+
+fn decode_raw(raw: &[u8], chunk: &mut Chunk) -> Result<(), CodecError> {
     let mut c = Cursor::new(raw);
     let bad = |c: &Cursor| CodecError::Malformed(c.position());
     let thread = c.u64().ok_or_else(|| bad(&c))?;
-    let thread = u32::try_from(thread).map_err(|_| bad(&c))?;
+    chunk.thread = u32::try_from(thread).map_err(|_| bad(&c))?;
     let n_samples = c.u64().ok_or_else(|| bad(&c))?;
     // Every sample takes at least 3 bytes: bound allocations by what the input can hold.
     if n_samples > raw.len() as u64 / 3 {
         return Err(bad(&c));
     }
-    let mut samples = Vec::with_capacity(n_samples as usize);
+    chunk.samples.clear();
+    chunk.samples.reserve(n_samples as usize);
     let mut total = 0u64;
     for _ in 0..n_samples {
         let id = c.u64().ok_or_else(|| bad(&c))?;
@@ -202,7 +311,7 @@ fn decode_raw(raw: &[u8]) -> Result<Chunk, CodecError> {
         let len = c.u64().ok_or_else(|| bad(&c))?;
         let len = u32::try_from(len).map_err(|_| bad(&c))?;
         total += u64::from(len);
-        samples.push(SampleHeader {
+        chunk.samples.push(SampleHeader {
             id,
             skipped_before,
             len,
@@ -218,7 +327,8 @@ fn decode_raw(raw: &[u8]) -> Result<Chunk, CodecError> {
     if n > raw.len() as u64 {
         return Err(bad(&c));
     }
-    let mut accesses = Vec::with_capacity(n as usize);
+    chunk.accesses.clear();
+    chunk.accesses.reserve(n as usize);
     let mut p = Predictor::new();
     for _ in 0..n {
         let info = c.u8().ok_or_else(|| bad(&c))?;
@@ -243,7 +353,7 @@ fn decode_raw(raw: &[u8]) -> Result<Chunk, CodecError> {
             pred.wrapping_add(c.i64().ok_or_else(|| bad(&c))? as u64)
         };
         p.update(ip, addr);
-        accesses.push(Access {
+        chunk.accesses.push(Access {
             ip,
             addr,
             size,
@@ -257,11 +367,7 @@ fn decode_raw(raw: &[u8]) -> Result<Chunk, CodecError> {
     if !c.is_empty() {
         return Err(bad(&c));
     }
-    Ok(Chunk {
-        thread,
-        samples,
-        accesses,
-    })
+    Ok(())
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ mod writer;
 
 use serde::{Deserialize, Serialize};
 
-pub use codec::{decode_chunk, encode_chunk, CodecError};
+pub use codec::{decode_chunk, encode_chunk, ChunkDecoder, ChunkEncoder, CodecError};
 pub use reader::{Damage, Frame, ReadError, TraceReader};
 pub use writer::TraceWriter;
 

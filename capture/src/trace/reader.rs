@@ -3,7 +3,7 @@
 
 use std::io::{self, Read};
 
-use super::codec::{decode_chunk, CodecError};
+use super::codec::{ChunkDecoder, CodecError};
 use super::writer::{FRAME_CHUNK, FRAME_END, FRAME_MAGIC, FRAME_MAPPINGS, FRAME_NOTE, MAX_FRAME};
 use super::{Chunk, EndInfo, Mapping, TraceMeta, MAGIC, VERSION};
 
@@ -41,6 +41,8 @@ pub enum ReadError {
 /// Reads frames from a trace.
 pub struct TraceReader<R: Read> {
     input: R,
+    decoder: ChunkDecoder,
+    payload: Vec<u8>,
     meta: TraceMeta,
     offset: u64,
     damage: Option<Damage>,
@@ -83,6 +85,8 @@ impl<R: Read> TraceReader<R> {
             .map_err(|e| ReadError::Header(format!("metadata is not valid: {e}")))?;
         Ok(TraceReader {
             input,
+            decoder: ChunkDecoder::new(),
+            payload: Vec::new(),
             meta,
             offset: 20 + u64::from(len),
             damage: None,
@@ -129,32 +133,47 @@ impl<R: Read> TraceReader<R> {
         if len > MAX_FRAME {
             return self.damaged(start, format!("frame length {len} is implausible"));
         }
-        let mut payload = vec![0u8; len as usize];
+        let mut payload = std::mem::take(&mut self.payload);
+        payload.resize(len as usize, 0);
         let got = read_full(&mut self.input, &mut payload).map_err(ReadError::Io)?;
+        let result = self.parse_frame(start, kind, len, crc, got, &payload);
+        self.payload = payload;
+        result
+    }
+
+    fn parse_frame(
+        &mut self,
+        start: u64,
+        kind: u8,
+        len: u32,
+        crc: u32,
+        got: usize,
+        payload: &[u8],
+    ) -> Result<Option<Frame>, ReadError> {
         if got < payload.len() {
             return self.damaged(
                 start,
                 format!("frame truncated ({got} of {len} payload bytes): the writer was stopped mid-frame"),
             );
         }
-        if crc32fast::hash(&payload) != crc {
+        if crc32fast::hash(payload) != crc {
             return self.damaged(start, "frame checksum mismatch".to_string());
         }
         self.offset += 12 + u64::from(len);
         let frame = match kind {
-            FRAME_CHUNK => match decode_chunk(&payload) {
+            FRAME_CHUNK => match self.decoder.decode(payload) {
                 Ok(c) => Frame::Chunk(c),
                 Err(e) => return self.damaged(start, chunk_reason(&e)),
             },
-            FRAME_MAPPINGS => match serde_json::from_slice(&payload) {
+            FRAME_MAPPINGS => match serde_json::from_slice(payload) {
                 Ok(m) => Frame::Mappings(m),
                 Err(e) => return self.damaged(start, format!("mappings frame: {e}")),
             },
-            FRAME_NOTE => match serde_json::from_slice(&payload) {
+            FRAME_NOTE => match serde_json::from_slice(payload) {
                 Ok(s) => Frame::Note(s),
                 Err(e) => return self.damaged(start, format!("note frame: {e}")),
             },
-            FRAME_END => match serde_json::from_slice(&payload) {
+            FRAME_END => match serde_json::from_slice(payload) {
                 Ok(e) => Frame::End(e),
                 Err(e) => return self.damaged(start, format!("end frame: {e}")),
             },

@@ -2,8 +2,8 @@
 
 use std::io::{self, Write};
 
-use super::codec::encode_chunk;
-use super::{Chunk, EndInfo, Mapping, TraceMeta, MAGIC, VERSION};
+use super::codec::ChunkEncoder;
+use super::{Access, Chunk, EndInfo, Mapping, SampleHeader, TraceMeta, MAGIC, VERSION};
 
 /// Frame kinds (see capture/README.md).
 pub(crate) const FRAME_MAPPINGS: u8 = 1;
@@ -20,7 +20,10 @@ pub const DEFAULT_LEVEL: i32 = 1;
 /// Writes a trace to any `Write`, frame by frame.
 pub struct TraceWriter<W: Write> {
     out: W,
-    level: i32,
+    encoder: ChunkEncoder,
+    /// Frame being assembled (header + payload), reused between frames.
+    frame_buf: Vec<u8>,
+    payload: Vec<u8>,
     recorded: u64,
     skipped: u64,
     bytes: u64,
@@ -40,7 +43,9 @@ impl<W: Write> TraceWriter<W> {
         out.write_all(&head)?;
         Ok(TraceWriter {
             out,
-            level: super::writer::DEFAULT_LEVEL,
+            encoder: ChunkEncoder::new(DEFAULT_LEVEL),
+            frame_buf: Vec::new(),
+            payload: Vec::new(),
             recorded: 0,
             skipped: 0,
             bytes: head.len() as u64,
@@ -52,7 +57,9 @@ impl<W: Write> TraceWriter<W> {
     pub fn append(out: W) -> TraceWriter<W> {
         TraceWriter {
             out,
-            level: DEFAULT_LEVEL,
+            encoder: ChunkEncoder::new(DEFAULT_LEVEL),
+            frame_buf: Vec::new(),
+            payload: Vec::new(),
             recorded: 0,
             skipped: 0,
             bytes: 0,
@@ -61,20 +68,35 @@ impl<W: Write> TraceWriter<W> {
 
     /// Sets the zstd level for chunks written from now on.
     pub fn set_level(&mut self, level: i32) {
-        self.level = level;
+        self.encoder = ChunkEncoder::new(level);
     }
 
     /// Encodes and writes one chunk.
     pub fn write_chunk(&mut self, chunk: &Chunk) -> io::Result<()> {
-        let payload = encode_chunk(chunk, self.level);
-        self.write_encoded_chunk(&payload, chunk)
+        self.write_accesses(
+            chunk.thread,
+            &chunk.samples,
+            chunk.accesses.iter().copied(),
+            chunk.accesses.len(),
+        )
     }
 
-    /// Writes a chunk encoded elsewhere (e.g. on another thread); `chunk` supplies the counts.
-    pub fn write_encoded_chunk(&mut self, payload: &[u8], chunk: &Chunk) -> io::Result<()> {
-        self.frame(FRAME_CHUNK, payload)?;
-        self.recorded += chunk.accesses.len() as u64;
-        self.skipped += chunk.samples.iter().map(|s| s.skipped_before).sum::<u64>();
+    /// Encodes and writes one thread's `n` accesses without materialising a [`Chunk`].
+    pub fn write_accesses<I: IntoIterator<Item = Access>>(
+        &mut self,
+        thread: u32,
+        samples: &[SampleHeader],
+        accesses: I,
+        n: usize,
+    ) -> io::Result<()> {
+        let mut payload = std::mem::take(&mut self.payload);
+        self.encoder
+            .encode_into(thread, samples, accesses, n, &mut payload);
+        let r = self.frame(FRAME_CHUNK, &payload);
+        self.payload = payload;
+        r?;
+        self.recorded += n as u64;
+        self.skipped += samples.iter().map(|s| s.skipped_before).sum::<u64>();
         Ok(())
     }
 
@@ -132,10 +154,11 @@ impl<W: Write> TraceWriter<W> {
         head[8..12].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
         // One buffer, one write: a kill between header and payload is still possible, and
         // readers detect it by length and CRC.
-        let mut buf = Vec::with_capacity(12 + payload.len());
+        let buf = &mut self.frame_buf;
+        buf.clear();
         buf.extend_from_slice(&head);
         buf.extend_from_slice(payload);
-        self.out.write_all(&buf)?;
+        self.out.write_all(buf)?;
         self.bytes += buf.len() as u64;
         Ok(())
     }

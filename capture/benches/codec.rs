@@ -1,0 +1,78 @@
+//! Chunk encoding throughput (accesses per second), the bound on how fast a capture can
+//! write a trace. Run: cargo bench -p mgbench-capture --bench codec
+
+use std::time::Instant;
+
+use mgbench_capture::trace::{Access, AccessKind, Chunk, ChunkDecoder, ChunkEncoder, SampleHeader};
+
+fn gather_like(n: usize) -> Chunk {
+    let mut state = 7u64;
+    let mut accesses = Vec::with_capacity(n);
+    for j in 0..n as u64 / 2 {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        accesses.push(Access {
+            ip: 0x401100,
+            addr: 0x10000 + 4 * j,
+            size: 4,
+            kind: AccessKind::Load,
+        });
+        accesses.push(Access {
+            ip: 0x401104,
+            addr: 0x5000000 + 8 * ((state >> 33) % 4096),
+            size: 8,
+            kind: AccessKind::Load,
+        });
+    }
+    let len = accesses.len() as u32;
+    Chunk {
+        thread: 0,
+        samples: vec![SampleHeader {
+            id: 0,
+            skipped_before: 0,
+            len,
+        }],
+        accesses,
+    }
+}
+
+fn main() {
+    let chunk = gather_like(1 << 16);
+    let n = chunk.accesses.len() as f64;
+    for level in [1, -1, -5] {
+        // Encoders and decoders are reused across chunks, as the trace writer and reader do.
+        let mut enc = ChunkEncoder::new(level);
+        let mut out = Vec::new();
+        let mut times = Vec::new();
+        for _ in 0..30 {
+            let t = Instant::now();
+            enc.encode_into(
+                0,
+                &chunk.samples,
+                chunk.accesses.iter().copied(),
+                chunk.accesses.len(),
+                &mut out,
+            );
+            times.push(t.elapsed().as_secs_f64());
+        }
+        let bytes = out.len();
+        times.sort_by(f64::total_cmp);
+        let mut dec = ChunkDecoder::new();
+        let mut d = Chunk::default();
+        let mut dt = Vec::new();
+        for _ in 0..30 {
+            let t = Instant::now();
+            dec.decode_into(&out, &mut d).unwrap();
+            dt.push(t.elapsed().as_secs_f64());
+            assert_eq!(d.accesses.len(), chunk.accesses.len());
+        }
+        dt.sort_by(f64::total_cmp);
+        println!(
+            "zstd level {level:>2}: encode {:6.1} M accesses/s, decode {:6.1} M accesses/s, {:.2} B/access",
+            n / times[15] / 1e6,
+            n / dt[15] / 1e6,
+            bytes as f64 / n
+        );
+    }
+}
