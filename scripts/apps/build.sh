@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the demo programs into scripts/apps/build/ (or $1): plain x86-64 (no AVX-512, which
 # QEMU's TCG cannot run), -O2 with debug info so traces symbolize to file:line. The AVX-512
-# gather demo is built only where the compiler supports it; it needs the ptrace backend.
+# gather demo (static, so ptrace's single-stepping skips the dynamic loader) is built only
+# where the compiler supports AVX-512; it needs the ptrace backend.
 #
 #   scripts/apps/build.sh [OUTDIR]
 set -euo pipefail
@@ -15,4 +16,8 @@ flags=(-O2 -g -fno-omit-frame-pointer -Wall -Wextra)
 "$cc" "${flags[@]}" -o "$out/stencil" "$here/stencil.c"
 "$cc" "${flags[@]}" -o "$out/gups" "$here/gups.c"
 "$cc" "${flags[@]}" -o "$out/gather" "$here/gather.c"
+# AVX-512 demo: built where the compiler supports it; runs only on AVX-512 CPUs (ptrace backend).
+if echo 'int main(void){return 0;}' | "$cc" -mavx512f -x c -o /dev/null - 2>/dev/null; then
+    "$cc" "${flags[@]}" -mavx512f -static -o "$out/gather512" "$here/gather512.c"
+fi
 echo "built demos in $out"

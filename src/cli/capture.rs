@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use mgbench_capture::backend::{
-    self, BackendKind, CaptureConfig, ProgramExit, DEFAULT_PERIOD, DEFAULT_WINDOW,
+    self, BackendKind, CaptureConfig, ProgramExit, DEFAULT_INTERVAL_MS, DEFAULT_PERIOD,
+    DEFAULT_WINDOW,
 };
 use mgbench_capture::import::{import_meta, ImportKind};
 use mgbench_capture::stats::trace_info;
@@ -42,6 +43,10 @@ pub struct CaptureArgs {
     /// Accesses from one sample's start to the next's (default 16384: 1 in 16 recorded).
     #[arg(long, value_name = "P", value_parser = non_negative)]
     sample_period: Option<usize>,
+    /// ptrace backend: milliseconds of native execution between windows (default 20; longer
+    /// when a window took longer, keeping the slowdown near 2x).
+    #[arg(long, value_name = "MS", value_parser = non_negative, conflicts_with = "full")]
+    sample_interval: Option<usize>,
     /// Record only while FUNCTION runs (repeatable); callees count unless --roi-exclusive.
     #[arg(long, value_name = "FUNCTION")]
     roi: Vec<String>,
@@ -74,9 +79,26 @@ pub fn capture(args: CaptureArgs) -> Result<i32> {
         }
     };
     let rest: Vec<OsString> = command.collect();
+    if args.backend == Backend::Ptrace && args.sample_period.is_some() {
+        bail!("--backend ptrace cannot count accesses while the program runs natively, so it samples by time: use --sample-interval MS (and --sample-window W) instead of --sample-period");
+    }
     let mode = if args.full {
         Mode::Full
+    } else if args.backend == Backend::Ptrace {
+        let window = args.sample_window.map_or(DEFAULT_WINDOW, |w| w as u64);
+        if window == 0 {
+            bail!("--sample-window must be at least 1");
+        }
+        Mode::Timed {
+            window,
+            interval_ms: args
+                .sample_interval
+                .map_or(DEFAULT_INTERVAL_MS, |i| i as u64),
+        }
     } else {
+        if args.sample_interval.is_some() {
+            bail!("--sample-interval applies to --backend ptrace (QEMU samples by access count: --sample-period)");
+        }
         let window = args.sample_window.map_or(DEFAULT_WINDOW, |w| w as u64);
         let period = args
             .sample_period

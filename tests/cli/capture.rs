@@ -663,3 +663,242 @@ fn import_from_the_command_line() {
     assert!(stderr(&o).contains("bad.txt: line 2"), "{}", stderr(&o));
     assert!(!dir.join("b.mgbt").exists(), "no half-written output");
 }
+
+fn cpu_has(flag: &str) -> bool {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .map(|t| {
+            t.lines()
+                .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == flag))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn ptrace_records_avx512_gathers_lane_by_lane() {
+    if !cpu_has("avx512f") || !apps().join("gather512").exists() {
+        eprintln!("skipped: needs an AVX-512 CPU and a compiler that targets it");
+        return;
+    }
+    let dir = temp_dir("avx512");
+    let o = mgbench(
+        &[
+            "capture",
+            "--backend",
+            "ptrace",
+            "--full",
+            "-o",
+            "g.mgbt",
+            &app("gather512"),
+            "--n=32",
+            "--mask=173",
+            "--truth=idx.txt",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let x = x_base(&stdout(&o));
+    let idx = read_indices(&dir.join("idx.txt"));
+    let mask = 173u64; // 0b1010_1101: lanes 0, 2, 3, 5, 7
+    let want: Vec<u64> = idx
+        .chunks(8)
+        .flat_map(|g| {
+            g.iter()
+                .enumerate()
+                .filter(|(k, _)| mask >> k & 1 == 1)
+                .map(|(_, &i)| x + 8 * i)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let t = read_trace(&dir.join("g.mgbt"));
+    let got: Vec<u64> = t
+        .chunks
+        .iter()
+        .flat_map(|c| c.accesses.iter())
+        .filter(|a| {
+            a.kind == AccessKind::Load && a.size == 8 && a.addr >= x && a.addr < x + 8 * 1024
+        })
+        .map(|a| a.addr)
+        .collect();
+    assert_eq!(got, want, "active lanes, in lane order, and no masked lane");
+}
+
+#[test]
+fn ptrace_full_capture_matches_the_gather_ground_truth() {
+    let dir = temp_dir("ptrace-spmv");
+    let prog = dir.join("spmv_static");
+    let ok = Command::new("gcc")
+        .args(["-O2", "-g", "-static", "-pthread", "-o"])
+        .arg(&prog)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/apps/spmv.c"))
+        .status()
+        .unwrap()
+        .success();
+    if !ok {
+        eprintln!("skipped: static linking is not available");
+        return;
+    }
+    let (rows, nnz) = (64u64, 4u64);
+    let o = mgbench(
+        &[
+            "capture",
+            "--backend",
+            "ptrace",
+            "--full",
+            "-o",
+            "p.mgbt",
+            &prog.display().to_string(),
+            &format!("--rows={rows}"),
+            &format!("--nnz={nnz}"),
+            "--iters=2",
+            "--truth=cols.txt",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let x = x_base(&stdout(&o));
+    let cols = read_indices(&dir.join("cols.txt"));
+    let t = read_trace(&dir.join("p.mgbt"));
+    let got: Vec<u64> = t
+        .chunks
+        .iter()
+        .flat_map(|c| c.accesses.iter())
+        .filter(|a| a.kind == AccessKind::Load && a.addr >= x && a.addr < x + 8 * rows)
+        .map(|a| a.addr)
+        .collect();
+    let want: Vec<u64> = (0..2)
+        .flat_map(|_| cols.iter().map(|&c| x + 8 * c))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(t.end.unwrap().exit_code, Some(0));
+}
+
+#[test]
+fn ptrace_timed_windows_and_attach() {
+    let dir = temp_dir("ptrace-timed");
+    let o = mgbench(
+        &[
+            "capture",
+            "--backend",
+            "ptrace",
+            "--sample-window",
+            "256",
+            "--sample-interval",
+            "5",
+            "-o",
+            "t.mgbt",
+            &app("gather"),
+            "--reps=8000",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = read_trace(&dir.join("t.mgbt"));
+    let mut lens: BTreeMap<u64, u64> = BTreeMap::new();
+    for c in &t.chunks {
+        for s in &c.samples {
+            *lens.entry(s.id).or_default() += u64::from(s.len);
+        }
+    }
+    assert!(lens.len() >= 2, "{} windows", lens.len());
+    // Every window records at least `window` accesses (it ends after the instruction that
+    // reaches it), except the last, which the program's end may cut short.
+    let last = *lens.keys().last().unwrap();
+    assert!(
+        lens.iter()
+            .filter(|(id, _)| **id != last)
+            .all(|(_, &n)| (256..256 + 16).contains(&n)),
+        "{lens:?}"
+    );
+    let o = mgbench(&["trace", "info", "t.mgbt", "-f", "json"], &dir);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mode"], "timed");
+    assert_eq!(v["backend"], "ptrace");
+
+    // Attach to a running process, detach on Ctrl-C, leave it running.
+    let mut target = Command::new(app("spmv"))
+        .args(["--rows=65536", "--iters=1000000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = target.id().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+        .args([
+            "capture",
+            "--backend",
+            "ptrace",
+            "--pid",
+            &pid,
+            "-o",
+            "a.mgbt",
+        ])
+        .current_dir(&dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let state = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let running = state
+        .lines()
+        .find(|l| l.starts_with("State:"))
+        .unwrap()
+        .to_string();
+    let _ = target.kill();
+    let _ = target.wait();
+    assert!(
+        !running.contains("t (tracing stop)") && !running.contains("Z"),
+        "after detach: {running}"
+    );
+    let t = read_trace(&dir.join("a.mgbt"));
+    assert!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>() > 0);
+    assert!(t.end.unwrap().interrupted);
+}
+
+#[test]
+fn backend_option_errors() {
+    let dir = temp_dir("backend-opts");
+    let o = mgbench(&["capture", "--pid", "1", "-o", "x.mgbt"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("--pid needs --backend ptrace"),
+        "{}",
+        stderr(&o)
+    );
+    let o = mgbench(
+        &[
+            "capture",
+            "--backend",
+            "ptrace",
+            "--sample-period",
+            "100",
+            &app("gather"),
+        ],
+        &dir,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--sample-interval"), "{}", stderr(&o));
+    let o = mgbench(&["capture", "--sample-interval", "5", &app("gather")], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--backend ptrace"), "{}", stderr(&o));
+    let o = mgbench(
+        &[
+            "capture",
+            "--backend",
+            "ptrace",
+            "--pid",
+            "999999999",
+            "-o",
+            "x.mgbt",
+        ],
+        &dir,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("999999999"), "{}", stderr(&o));
+}

@@ -12,8 +12,11 @@
 
 mod program;
 pub mod pt;
+pub mod ptrace;
+mod ptrace_sys;
 pub mod qemu;
 mod sys;
+pub mod x86;
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -47,6 +50,10 @@ impl BackendKind {
 /// Default sampling: windows of 1024 accesses every 16384 (1 in 16 accesses recorded).
 pub const DEFAULT_WINDOW: u64 = 1024;
 pub const DEFAULT_PERIOD: u64 = 16384;
+/// ptrace samples by time: at least this long natively between windows (longer when a window
+/// took longer: the pause is at least twice the window's duration, keeping the slowdown
+/// under 2x).
+pub const DEFAULT_INTERVAL_MS: u64 = 20;
 
 /// What to capture and how.
 #[derive(Debug, Clone)]
@@ -139,10 +146,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             "--pid needs --backend ptrace (QEMU cannot attach to a running process)".into(),
         )),
         (BackendKind::Qemu, None) => qemu::capture(cfg),
-        (BackendKind::Ptrace, _) => Err(CaptureError::Unavailable {
-            backend: "ptrace",
-            why: "not built yet".into(),
-        }),
+        (BackendKind::Ptrace, _) => ptrace::capture(cfg),
     }
 }
 

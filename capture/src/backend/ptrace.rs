@@ -1,0 +1,652 @@
+//! The ptrace backend: single-step the program natively and compute each instruction's
+//! accesses from its registers (see [`super::x86`]).
+//!
+//! Threads are seized (PTRACE_SEIZE) with PTRACE_O_TRACECLONE, so every thread is traced from
+//! its first instruction. In full mode every instruction is stepped (tens of thousands of
+//! instructions per second). In timed mode each thread records `window` accesses by stepping,
+//! then runs natively until the next window; the pause lasts at least twice as long as the
+//! window took, which keeps the slowdown under 2x, and windows begin when the tracer
+//! interrupts the threads (PTRACE_INTERRUPT). `--pid` seizes a running process and detaches on Ctrl-C.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use iced_x86::Register;
+use nix::sys::ptrace::{self, Event, Options};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use super::program::resolve;
+use super::ptrace_sys::{self, XsaveLayout};
+use super::sys::SignalGuard;
+use super::x86::{self, Decoded, Registers};
+use super::{finalize, signal_name, CaptureConfig, CaptureError, CaptureReport, ProgramExit};
+use crate::import::ChunkBuilder;
+use crate::symbols::ElfImage;
+use crate::trace::{EndInfo, Mapping, Mode, RoiMeta, TraceMeta, TraceWriter};
+
+/// Registers of a stopped thread, with the XSAVE area fetched only when an instruction needs
+/// vector or opmask registers.
+struct Snapshot<'a> {
+    regs: libc::user_regs_struct,
+    tid: Pid,
+    layout: &'a XsaveLayout,
+    xstate: std::cell::OnceCell<Vec<u8>>,
+}
+
+impl Snapshot<'_> {
+    fn xs(&self) -> &[u8] {
+        self.xstate
+            .get_or_init(|| ptrace_sys::xstate(self.tid, self.layout.size))
+    }
+}
+
+impl Registers for Snapshot<'_> {
+    fn gpr(&self, r: Register) -> Option<u64> {
+        let g = &self.regs;
+        Some(match r {
+            Register::RAX => g.rax,
+            Register::RBX => g.rbx,
+            Register::RCX => g.rcx,
+            Register::RDX => g.rdx,
+            Register::RSI => g.rsi,
+            Register::RDI => g.rdi,
+            Register::RBP => g.rbp,
+            Register::RSP => g.rsp,
+            Register::R8 => g.r8,
+            Register::R9 => g.r9,
+            Register::R10 => g.r10,
+            Register::R11 => g.r11,
+            Register::R12 => g.r12,
+            Register::R13 => g.r13,
+            Register::R14 => g.r14,
+            Register::R15 => g.r15,
+            Register::RIP => g.rip,
+            _ => return None,
+        })
+    }
+
+    fn segment_base(&self, seg: Register) -> u64 {
+        match seg {
+            Register::FS => self.regs.fs_base,
+            Register::GS => self.regs.gs_base,
+            _ => 0,
+        }
+    }
+
+    fn vector(&self, reg: Register) -> Option<[u8; 64]> {
+        let xs = self.xs();
+        let n = reg.number();
+        let mut out = [0u8; 64];
+        let get = |off: usize, len: usize| xs.get(off..off + len);
+        if n < 16 {
+            // XMM part in the legacy FXSAVE area at 160, then the YMM and ZMM upper parts.
+            out[..16].copy_from_slice(get(160 + 16 * n, 16)?);
+            if reg.size() >= 32 {
+                out[16..32].copy_from_slice(get(self.layout.ymm_hi? + 16 * n, 16)?);
+            }
+            if reg.size() >= 64 {
+                out[32..64].copy_from_slice(get(self.layout.zmm_hi? + 32 * n, 32)?);
+            }
+        } else {
+            out.copy_from_slice(get(self.layout.hi16_zmm? + 64 * (n - 16), 64)?);
+        }
+        Some(out)
+    }
+
+    fn opmask(&self, reg: Register) -> Option<u64> {
+        let off = self.layout.opmask? + 8 * reg.number();
+        let b = self.xs().get(off..off + 8)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    }
+}
+
+#[derive(Debug)]
+struct ThreadState {
+    id: u32,
+    native: bool,
+    window_left: u64,
+    window_started: Instant,
+    roi_depth: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Roi {
+    None,
+    Exclusive,
+    Inclusive,
+}
+
+struct Tracer {
+    leader: Pid,
+    threads: HashMap<Pid, ThreadState>,
+    next_id: u32,
+    cache: HashMap<u64, Option<Decoded>>,
+    layout: XsaveLayout,
+    builder: ChunkBuilder,
+    writer: TraceWriter<BufWriter<File>>,
+    known_maps: Vec<(u64, u64)>,
+    window: u64,
+    interval: Duration,
+    deadline: Option<Instant>,
+    roi: Roi,
+    roi_link: Vec<(u64, u64)>,
+    roi_ranges: Option<Vec<(u64, u64)>>,
+    roi_image: Option<(String, u64)>,
+    incomplete: u64,
+    errors: Vec<String>,
+}
+
+fn options(attached: bool) -> Options {
+    let mut o =
+        Options::PTRACE_O_TRACECLONE | Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_TRACEEXIT;
+    if !attached {
+        // A program mgbench started dies with it; an attached one must not.
+        o |= Options::PTRACE_O_EXITKILL;
+    }
+    o
+}
+
+fn read_maps(pid: Pid) -> Vec<Mapping> {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let range = f.next()?;
+            let perms = f.next()?.to_string();
+            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+            let _dev = f.next()?;
+            let _inode = f.next()?;
+            let path = f.collect::<Vec<_>>().join(" ");
+            let (s, e) = range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(s, 16).ok()?,
+                end: u64::from_str_radix(e, 16).ok()?,
+                offset,
+                path,
+                perms,
+            })
+        })
+        .collect()
+}
+
+fn is_ret(d: &Decoded) -> bool {
+    matches!(
+        d.instruction.mnemonic(),
+        iced_x86::Mnemonic::Ret | iced_x86::Mnemonic::Retf
+    )
+}
+
+impl Tracer {
+    fn add_thread(&mut self, tid: Pid) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.builder.start_sample(id, None, 0);
+        self.threads.insert(
+            tid,
+            ThreadState {
+                id,
+                native: false,
+                window_left: self.window,
+                window_started: Instant::now(),
+                roi_depth: 0,
+            },
+        );
+    }
+
+    fn note_mappings(&mut self, pid: Pid, ip: u64) {
+        if self.known_maps.iter().any(|&(s, e)| ip >= s && ip < e) {
+            return;
+        }
+        let maps = read_maps(pid);
+        self.known_maps = maps.iter().map(|m| (m.start, m.end)).collect();
+        if !self.known_maps.iter().any(|&(s, e)| ip >= s && ip < e) {
+            self.known_maps.push((ip & !0xfff, (ip & !0xfff) + 0x1000));
+        }
+        if let Err(e) = self.writer.write_mappings(&maps) {
+            self.errors.push(format!("cannot write mappings: {e}"));
+        }
+    }
+
+    fn roi_ranges(&mut self) -> &[(u64, u64)] {
+        if self.roi_ranges.is_none() {
+            // Link-time ranges plus the load bias of the program's first mapping.
+            let bias = match &self.roi_image {
+                Some((path, base)) => read_maps(self.leader)
+                    .iter()
+                    .find(|m| m.offset == 0 && &m.path == path)
+                    .map_or(0, |m| m.start.wrapping_sub(*base)),
+                None => 0,
+            };
+            self.roi_ranges = Some(
+                self.roi_link
+                    .iter()
+                    .map(|&(s, e)| (s.wrapping_add(bias), e.wrapping_add(bias)))
+                    .collect(),
+            );
+        }
+        self.roi_ranges.as_deref().unwrap_or(&[])
+    }
+
+    /// The thread is stopped before the instruction at rip: record its accesses and step.
+    fn step(&mut self, tid: Pid) -> Result<(), CaptureError> {
+        let regs = match ptrace::getregs(tid) {
+            Ok(r) => r,
+            Err(_) => return Ok(()), // the thread is gone
+        };
+        let ip = regs.rip;
+        self.note_mappings(tid, ip);
+        let decoded = match self.cache.get(&ip) {
+            Some(d) => d.clone(),
+            None => {
+                let mut bytes = [0u8; 16];
+                let n = ptrace_sys::read_memory(tid, ip, &mut bytes);
+                let d = x86::decode(&bytes[..n], ip);
+                self.cache.insert(ip, d.clone());
+                d
+            }
+        };
+        let in_roi = if self.roi == Roi::None {
+            true
+        } else {
+            self.roi_ranges().iter().any(|&(s, e)| ip >= s && ip < e)
+        };
+        let starts = self.roi == Roi::Inclusive && self.roi_ranges().iter().any(|&(s, _)| s == ip);
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return Ok(());
+        };
+        if starts {
+            t.roi_depth += 1;
+        }
+        let recording = match self.roi {
+            Roi::None => true,
+            Roi::Exclusive => in_roi,
+            Roi::Inclusive => t.roi_depth > 0,
+        };
+        if let (true, Some(d)) = (recording, decoded.as_ref()) {
+            let snap = Snapshot {
+                regs,
+                tid,
+                layout: &self.layout,
+                xstate: std::cell::OnceCell::new(),
+            };
+            let mut acc = Vec::with_capacity(4);
+            if !x86::accesses(d, &snap, &mut acc) {
+                self.incomplete += 1;
+            }
+            let id = t.id;
+            t.window_left = t.window_left.saturating_sub(acc.len() as u64);
+            for a in acc {
+                self.builder
+                    .push(id, a, &mut self.writer)
+                    .map_err(|e| CaptureError::Invalid(e.to_string()))?;
+            }
+        }
+        let t = self.threads.get_mut(&tid).expect("thread present");
+        if self.roi == Roi::Inclusive && in_roi && decoded.as_ref().is_some_and(is_ret) {
+            t.roi_depth = t.roi_depth.saturating_sub(1);
+        }
+        if t.window_left == 0 {
+            // Window complete: run natively until the next one. The pause is at least twice
+            // as long as the window took, so stepping costs at most a third of the run and
+            // the slowdown stays under about 1.5x plus the interrupt round trip.
+            t.native = true;
+            let took = t.window_started.elapsed();
+            let wait = self.interval.max(2 * took);
+            let due = Instant::now() + wait;
+            self.deadline = Some(self.deadline.map_or(due, |d| d.min(due)));
+            let _ = ptrace::cont(tid, None);
+        } else {
+            let _ = ptrace::step(tid, None);
+        }
+        Ok(())
+    }
+
+    /// Starts a new window on a thread that stopped after running natively.
+    fn begin_window(&mut self, tid: Pid) -> Result<(), CaptureError> {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.native = false;
+            t.window_left = self.window;
+            t.window_started = Instant::now();
+            let id = t.id;
+            self.builder.start_sample(id, None, 0);
+        }
+        self.step(tid)
+    }
+
+    fn interrupt_native(&mut self) {
+        for (tid, t) in &self.threads {
+            if t.native {
+                let _ = ptrace::interrupt(*tid);
+            }
+        }
+        self.deadline = None;
+    }
+}
+
+/// Runs (or attaches to) the program under ptrace and writes the trace.
+pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
+    let (image, command, program_path) = match cfg.pid {
+        Some(pid) => {
+            let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+            let path = std::fs::read_link(&exe).map_err(|e| CaptureError::ProgramNotFound {
+                program: PathBuf::from(format!("pid {pid}")),
+                hint: format!("no such process or not accessible ({e})"),
+            })?;
+            let image = ElfImage::open(&path).map_err(CaptureError::Elf)?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let command: Vec<String> = cmdline
+                .split(|&b| b == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect();
+            (image, command, path)
+        }
+        None => {
+            let p = resolve(&cfg.program)?;
+            let mut command = vec![p.path.display().to_string()];
+            command.extend(cfg.args.iter().map(|a| a.to_string_lossy().into_owned()));
+            (p.image, command, p.path)
+        }
+    };
+    let (window, interval) = match cfg.mode {
+        Mode::Full => (u64::MAX, Duration::ZERO),
+        Mode::Timed {
+            window,
+            interval_ms,
+        } => (window, Duration::from_millis(interval_ms)),
+        Mode::Sampled { .. } => {
+            return Err(CaptureError::Invalid(
+                "the ptrace backend cannot count accesses while the program runs natively, so it samples by time: use --sample-interval MS (and --sample-window W) instead of --sample-period".into(),
+            ))
+        }
+    };
+    let mut roi_link = Vec::new();
+    for name in &cfg.roi {
+        for f in image.find_function(name).map_err(CaptureError::Roi)? {
+            roi_link.push((f.start, f.start + f.size.max(1)));
+        }
+    }
+    let output = &cfg.output;
+    let out_err = |cause| CaptureError::Output {
+        path: output.clone(),
+        cause,
+    };
+    let meta = TraceMeta {
+        command,
+        backend: "ptrace".into(),
+        mode: cfg.mode,
+        start_time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        roi: (!cfg.roi.is_empty()).then(|| RoiMeta {
+            functions: cfg.roi.clone(),
+            inclusive: cfg.roi_inclusive,
+        }),
+        notes: match cfg.pid {
+            Some(pid) => vec![format!("attached to pid {pid}")],
+            None => vec![],
+        },
+    };
+    let file = File::create(output).map_err(out_err)?;
+    let writer =
+        TraceWriter::create(BufWriter::with_capacity(1 << 20, file), &meta).map_err(out_err)?;
+
+    let guard = SignalGuard::install();
+    let start = Instant::now();
+    let attached = cfg.pid.is_some();
+    let leader = match cfg.pid {
+        Some(pid) => {
+            let pid = Pid::from_raw(pid);
+            let tids: Vec<Pid> = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map_err(|e| {
+                    CaptureError::Invalid(format!("cannot list threads of pid {pid}: {e}"))
+                })?
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok().map(Pid::from_raw))
+                .collect();
+            for tid in &tids {
+                ptrace::seize(*tid, options(true)).map_err(|e| attach_error(pid, e))?;
+                let _ = ptrace::interrupt(*tid);
+            }
+            pid
+        }
+        None => {
+            let pid = ptrace_sys::spawn_stopped(&program_path, &cfg.args).map_err(|cause| {
+                CaptureError::Spawn {
+                    what: program_path.display().to_string(),
+                    cause,
+                }
+            })?;
+            ptrace::seize(pid, options(false)).map_err(|e| attach_error(pid, e))?;
+            ptrace_sys::resume(pid);
+            pid
+        }
+    };
+    let mut tr = Tracer {
+        leader,
+        threads: HashMap::new(),
+        next_id: 0,
+        cache: HashMap::new(),
+        layout: XsaveLayout::detect(),
+        builder: ChunkBuilder::new(),
+        writer,
+        known_maps: Vec::new(),
+        window,
+        interval,
+        deadline: None,
+        roi: match (cfg.roi.is_empty(), cfg.roi_inclusive) {
+            (true, _) => Roi::None,
+            (false, true) => Roi::Inclusive,
+            (false, false) => Roi::Exclusive,
+        },
+        roi_link,
+        roi_ranges: None,
+        roi_image: image
+            .is_pie
+            .then(|| (program_path.display().to_string(), image.load_base)),
+        incomplete: 0,
+        errors: Vec::new(),
+    };
+    if attached {
+        let tids: Vec<Pid> = std::fs::read_dir(format!("/proc/{leader}/task"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse().ok().map(Pid::from_raw))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for tid in tids {
+            tr.add_thread(tid);
+        }
+    } else {
+        tr.add_thread(leader);
+    }
+
+    let mut detaching = false;
+    let mut exit = ProgramExit::Detached;
+    loop {
+        if let Some(sig) = guard.caught() {
+            if attached && !detaching {
+                detaching = true;
+                for tid in tr.threads.keys() {
+                    let _ = ptrace::interrupt(*tid);
+                }
+            } else if !attached && !matches!(sig, libc::SIGINT | libc::SIGQUIT) {
+                // SIGINT/SIGQUIT from a terminal reach the program too; forward the others.
+                let _ = nix::sys::signal::kill(leader, Signal::try_from(sig).ok());
+            }
+        }
+        if tr.threads.is_empty() {
+            break;
+        }
+        let any_native = tr.threads.values().any(|t| t.native);
+        let flags = WaitPidFlag::__WALL
+            | if any_native {
+                WaitPidFlag::WNOHANG
+            } else {
+                WaitPidFlag::empty()
+            };
+        let status = match waitpid(None::<Pid>, Some(flags)) {
+            Ok(s) => s,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::ECHILD) if attached => {
+                // Attached threads are not our children for wait purposes on some kernels:
+                // nothing more to wait for.
+                break;
+            }
+            Err(e) => return Err(CaptureError::Invalid(format!("waitpid: {e}"))),
+        };
+        match status {
+            WaitStatus::StillAlive => {
+                if tr.deadline.is_some_and(|d| Instant::now() >= d) {
+                    tr.interrupt_native();
+                } else {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            WaitStatus::Stopped(tid, sig) if detaching => {
+                let pass = (sig != Signal::SIGTRAP && sig != Signal::SIGSTOP).then_some(sig);
+                let _ = ptrace::detach(tid, pass);
+                tr.threads.remove(&tid);
+            }
+            WaitStatus::PtraceEvent(tid, _, _) if detaching => {
+                let _ = ptrace::detach(tid, None);
+                tr.threads.remove(&tid);
+            }
+            WaitStatus::Stopped(tid, Signal::SIGTRAP) => tr.step(tid)?,
+            WaitStatus::Stopped(tid, sig) => {
+                // A signal for the program: deliver it and keep stepping.
+                let native = tr.threads.get(&tid).is_some_and(|t| t.native);
+                let _ = if native {
+                    ptrace::cont(tid, sig)
+                } else {
+                    ptrace::step(tid, sig)
+                };
+            }
+            WaitStatus::PtraceEvent(tid, _, ev) => {
+                if ev == Event::PTRACE_EVENT_CLONE as i32 {
+                    if let Ok(new) = ptrace::getevent(tid) {
+                        let new = Pid::from_raw(new as i32);
+                        if !tr.threads.contains_key(&new) {
+                            tr.add_thread(new);
+                        }
+                    }
+                    tr.step(tid)?;
+                } else if ev == Event::PTRACE_EVENT_EXEC as i32 {
+                    tr.cache.clear();
+                    tr.known_maps.clear();
+                    tr.roi_ranges = None;
+                    tr.step(tid)?;
+                } else if ev == Event::PTRACE_EVENT_EXIT as i32 {
+                    let _ = ptrace::cont(tid, None);
+                } else if ev == Event::PTRACE_EVENT_STOP as i32 {
+                    // First stop of a new thread, or our interrupt at the end of a pause.
+                    if !tr.threads.contains_key(&tid) {
+                        tr.add_thread(tid);
+                    }
+                    if tr.threads.get(&tid).is_some_and(|t| t.native) {
+                        tr.begin_window(tid)?;
+                    } else {
+                        tr.step(tid)?;
+                    }
+                } else {
+                    let _ = ptrace::cont(tid, None);
+                }
+            }
+            WaitStatus::Exited(tid, code) => {
+                tr.threads.remove(&tid);
+                if tid == leader {
+                    exit = ProgramExit::Code(code);
+                    tr.threads.clear();
+                }
+            }
+            WaitStatus::Signaled(tid, sig, _) => {
+                tr.threads.remove(&tid);
+                if tid == leader {
+                    exit = ProgramExit::Signal(sig as i32);
+                    tr.threads.clear();
+                }
+            }
+            _ => {}
+        }
+    }
+    let interrupted = guard.caught();
+    drop(guard);
+    let elapsed_s = start.elapsed().as_secs_f64();
+    let threads = u64::from(tr.next_id);
+    let summary = tr
+        .builder
+        .finish(&mut tr.writer)
+        .or_else(|e| match e {
+            crate::import::ImportError::Empty => Ok(Default::default()),
+            other => Err(other),
+        })
+        .map_err(|e| CaptureError::Invalid(e.to_string()))?;
+    let mut warnings = tr.errors.clone();
+    if tr.incomplete > 0 {
+        warnings.push(format!(
+            "{} instruction(s) had operands whose registers could not be read; their accesses are missing",
+            tr.incomplete
+        ));
+    }
+    if summary.accesses == 0 && !cfg.roi.is_empty() {
+        warnings.push(format!(
+            "the ROI ({}) was never entered: the trace holds no accesses",
+            cfg.roi.join(", ")
+        ));
+    }
+    let mut w = tr.writer;
+    w.flush().map_err(out_err)?;
+    drop(w);
+    let end = EndInfo {
+        exit_code: match exit {
+            ProgramExit::Code(c) => Some(c),
+            _ => None,
+        },
+        signal: match exit {
+            ProgramExit::Signal(s) => Some(s),
+            _ => None,
+        },
+        interrupted: interrupted.is_some(),
+        recorded: summary.accesses,
+        skipped: 0,
+        errors: tr.errors,
+    };
+    let trace_bytes = finalize(output, &end)?;
+    if let ProgramExit::Signal(s) = exit {
+        warnings.push(format!("the program was killed by {}", signal_name(s)));
+    }
+    Ok(CaptureReport {
+        trace: output.clone(),
+        exit,
+        recorded: summary.accesses,
+        skipped: 0,
+        threads,
+        trace_bytes,
+        interrupted,
+        elapsed_s,
+        warnings,
+    })
+}
+
+fn attach_error(pid: Pid, e: nix::errno::Errno) -> CaptureError {
+    let why = match (e, ptrace_sys::ptrace_scope()) {
+        (nix::errno::Errno::EPERM, Some(scope)) if scope > 0 => format!(
+            "ptrace is not permitted (kernel.yama.ptrace_scope = {scope}): run as root or set kernel.yama.ptrace_scope=0"
+        ),
+        (nix::errno::Errno::EPERM, _) => {
+            "ptrace is not permitted: run as root, or as the process's owner".to_string()
+        }
+        (nix::errno::Errno::ESRCH, _) => "no such process".to_string(),
+        (e, _) => e.to_string(),
+    };
+    CaptureError::Unavailable {
+        backend: "ptrace",
+        why: format!("cannot trace pid {pid}: {why}"),
+    }
+}
