@@ -49,9 +49,9 @@ def main():
                        stdout=subprocess.DEVNULL)
     s = args.scale
     workloads = {
-        "gather-int": [os.path.join(APPS, "gather"), f"--reps={int(20000 * s)}"],
+        "gather-int": [os.path.join(APPS, "gather"), f"--reps={int(40000 * s)}"],
         "spmv-double": [os.path.join(APPS, "spmv"), "--rows=4096", "--nnz=16",
-                        f"--iters={int(3000 * s)}"],
+                        f"--iters={int(10000 * s)}"],
     }
     tmp = tempfile.mkdtemp(prefix="mgbench-capture-bench-")
     trace = os.path.join(tmp, "t.mgbt")

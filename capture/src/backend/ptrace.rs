@@ -296,16 +296,22 @@ impl Tracer {
             // Window complete: run natively until the next one. The pause is at least twice
             // as long as the window took, so stepping costs at most a third of the run and
             // the slowdown stays under about 1.5x plus the interrupt round trip.
-            t.native = true;
             let took = t.window_started.elapsed();
-            let wait = self.interval.max(2 * took);
-            let due = Instant::now() + wait;
-            self.deadline = Some(self.deadline.map_or(due, |d| d.min(due)));
-            let _ = ptrace::cont(tid, None);
+            self.go_native(tid, took);
         } else {
             let _ = ptrace::step(tid, None);
         }
         Ok(())
+    }
+
+    /// Lets a thread run natively until the next window (after max(interval, 2 x took)).
+    fn go_native(&mut self, tid: Pid, took: Duration) {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.native = true;
+        }
+        let due = Instant::now() + self.interval.max(2 * took);
+        self.deadline = Some(self.deadline.map_or(due, |d| d.min(due)));
+        let _ = ptrace::cont(tid, None);
     }
 
     /// Starts a new window on a thread that stopped after running natively.
@@ -541,7 +547,13 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                     tr.cache.clear();
                     tr.known_maps.clear();
                     tr.roi_ranges = None;
-                    tr.step(tid)?;
+                    if tr.window != u64::MAX && tr.roi == Roi::None {
+                        // Timed mode: let the dynamic loader and start-up run natively; the
+                        // first window opens after one interval.
+                        tr.go_native(tid, Duration::ZERO);
+                    } else {
+                        tr.step(tid)?;
+                    }
                 } else if ev == Event::PTRACE_EVENT_EXIT as i32 {
                     let _ = ptrace::cont(tid, None);
                 } else if ev == Event::PTRACE_EVENT_STOP as i32 {
