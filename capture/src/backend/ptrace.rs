@@ -123,6 +123,9 @@ enum Roi {
 
 struct Tracer {
     leader: Pid,
+    /// A launched program is traced from its exec on: before it, the forked child still runs
+    /// mgbench's own code (raise, execv), which must not be recorded.
+    exec_seen: bool,
     threads: HashMap<Pid, ThreadState>,
     next_id: u32,
     cache: HashMap<u64, Option<Decoded>>,
@@ -236,6 +239,10 @@ impl Tracer {
 
     /// The thread is stopped before the instruction at rip: record its accesses and step.
     fn step(&mut self, tid: Pid) -> Result<(), CaptureError> {
+        if !self.exec_seen {
+            let _ = ptrace::cont(tid, None);
+            return Ok(());
+        }
         let regs = match ptrace::getregs(tid) {
             Ok(r) => r,
             Err(_) => return Ok(()), // the thread is gone
@@ -435,6 +442,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     };
     let mut tr = Tracer {
         leader,
+        exec_seen: attached,
         threads: HashMap::new(),
         next_id: 0,
         cache: HashMap::new(),
@@ -527,7 +535,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             WaitStatus::Stopped(tid, Signal::SIGTRAP) => tr.step(tid)?,
             WaitStatus::Stopped(tid, sig) => {
                 // A signal for the program: deliver it and keep stepping.
-                let native = tr.threads.get(&tid).is_some_and(|t| t.native);
+                let native = !tr.exec_seen || tr.threads.get(&tid).is_some_and(|t| t.native);
                 let _ = if native {
                     ptrace::cont(tid, sig)
                 } else {
@@ -544,6 +552,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                     }
                     tr.step(tid)?;
                 } else if ev == Event::PTRACE_EVENT_EXEC as i32 {
+                    tr.exec_seen = true;
                     tr.cache.clear();
                     tr.known_maps.clear();
                     tr.roi_ranges = None;
