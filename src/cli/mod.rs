@@ -3,6 +3,7 @@
 
 mod capture;
 mod replay;
+mod synth;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -28,6 +29,11 @@ enum Command {
     Trace(capture::TraceCommand),
     /// Convert a trace from another tool (gs_patterns, Valgrind lackey, MemGaze).
     Import(capture::ImportArgs),
+    /// Mine a trace for gather/scatter patterns and write them as Spatter JSON.
+    Synth(Box<synth::SynthArgs>),
+    /// Capture + synth + replay in one go: where a program's irregular accesses are and what
+    /// bandwidth they get on this machine.
+    Profile(Box<synth::ProfileArgs>),
     /// Run gather/scatter patterns (Spatter JSON) next to a STREAM baseline.
     Replay(Box<replay::ReplayArgs>),
     /// Run the STREAM benchmark (Copy, Scale, Add, Triad).
@@ -40,6 +46,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Capture(args) => capture::capture(*args),
         Command::Trace(cmd) => capture::trace(cmd),
         Command::Import(args) => capture::import(args),
+        Command::Synth(args) => synth::synth(*args),
+        Command::Profile(args) => synth::profile(*args),
         Command::Replay(args) => replay::replay(*args).map(|()| 0),
         Command::Stream(args) => replay::stream(args).map(|()| 0),
     }

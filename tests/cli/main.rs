@@ -3,3 +3,4 @@
 mod capture;
 mod common;
 mod replay;
+mod synth;

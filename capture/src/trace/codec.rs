@@ -33,12 +33,15 @@ pub enum CodecError {
     Inconsistent { samples: u64, accesses: u64 },
 }
 
-#[derive(Clone, Copy, Default)]
+/// Slot marker for "no instruction yet" (user-space instruction addresses never reach it; if
+/// one did, it would only be mispredicted, identically on both sides).
+const EMPTY: u64 = u64::MAX;
+
+#[derive(Clone, Copy)]
 struct Slot {
     ip: u64,
     last: u64,
     stride: u64,
-    used: bool,
 }
 
 /// Encoder/decoder state, mirrored on both sides.
@@ -51,7 +54,14 @@ struct Predictor {
 impl Predictor {
     fn new() -> Predictor {
         Predictor {
-            table: vec![Slot::default(); 1 << TABLE_BITS],
+            table: vec![
+                Slot {
+                    ip: EMPTY,
+                    last: 0,
+                    stride: 0
+                };
+                1 << TABLE_BITS
+            ],
             prev_ip: 0,
             prev_addr: 0,
         }
@@ -62,28 +72,27 @@ impl Predictor {
         (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TABLE_BITS)) as usize
     }
 
+    /// The predicted address for `ip`, and its slot (passed back to `update`).
     #[inline(always)]
-    fn predict(&self, ip: u64) -> u64 {
-        let s = &self.table[Self::slot(ip)];
-        if s.used && s.ip == ip {
+    fn predict(&self, ip: u64) -> (u64, usize) {
+        let i = Self::slot(ip);
+        let s = &self.table[i];
+        let pred = if s.ip == ip {
             s.last.wrapping_add(s.stride)
         } else {
             self.prev_addr
-        }
+        };
+        (pred, i)
     }
 
     #[inline(always)]
-    fn update(&mut self, ip: u64, addr: u64) {
-        let s = &mut self.table[Self::slot(ip)];
-        if s.used && s.ip == ip {
+    fn update(&mut self, slot: usize, ip: u64, addr: u64) {
+        let s = &mut self.table[slot];
+        if s.ip == ip {
             s.stride = addr.wrapping_sub(s.last);
         } else {
-            *s = Slot {
-                ip,
-                last: addr,
-                stride: 0,
-                used: true,
-            };
+            s.ip = ip;
+            s.stride = 0;
         }
         s.last = addr;
         self.prev_ip = ip;
@@ -169,7 +178,7 @@ impl ChunkEncoder {
             if same_ip {
                 info |= SAME_IP;
             }
-            let pred = p.predict(a.ip);
+            let (pred, slot) = p.predict(a.ip);
             if a.addr == pred {
                 info |= PREDICTED;
             }
@@ -185,7 +194,7 @@ impl ChunkEncoder {
             if a.addr != pred {
                 pos += write_zigzag(&mut raw[pos..], a.addr.wrapping_sub(pred) as i64);
             }
-            p.update(a.ip, a.addr);
+            p.update(slot, a.ip, a.addr);
         }
         raw.truncate(pos);
         out.clear();
@@ -346,13 +355,13 @@ fn decode_raw(raw: &[u8], chunk: &mut Chunk) -> Result<(), CodecError> {
             p.prev_ip
                 .wrapping_add(c.i64().ok_or_else(|| bad(&c))? as u64)
         };
-        let pred = p.predict(ip);
+        let (pred, slot) = p.predict(ip);
         let addr = if info & PREDICTED != 0 {
             pred
         } else {
             pred.wrapping_add(c.i64().ok_or_else(|| bad(&c))? as u64)
         };
-        p.update(ip, addr);
+        p.update(slot, ip, addr);
         chunk.accesses.push(Access {
             ip,
             addr,

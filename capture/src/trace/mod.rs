@@ -14,6 +14,7 @@
 //! rho = executed / recorded is known exactly.
 
 mod codec;
+pub mod parallel;
 mod reader;
 pub mod varint;
 mod writer;
@@ -21,7 +22,7 @@ mod writer;
 use serde::{Deserialize, Serialize};
 
 pub use codec::{decode_chunk, encode_chunk, ChunkDecoder, ChunkEncoder, CodecError};
-pub use reader::{Damage, Frame, ReadError, TraceReader};
+pub use reader::{Damage, Frame, RawFrame, ReadError, TraceReader};
 pub use writer::TraceWriter;
 
 /// File magic, first 8 bytes of every trace.

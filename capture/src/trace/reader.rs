@@ -38,15 +38,58 @@ pub enum ReadError {
     Header(String),
 }
 
+/// A frame whose marker, length and CRC are good, not yet decoded.
+#[derive(Debug, Clone)]
+pub struct RawFrame {
+    pub offset: u64,
+    pub kind: u8,
+    pub payload: Vec<u8>,
+}
+
+impl RawFrame {
+    /// Decodes the payload; a chunk goes into the buffer `chunk()` supplies.
+    pub fn decode(
+        &self,
+        decoder: &mut ChunkDecoder,
+        chunk: impl FnOnce() -> Chunk,
+    ) -> Result<Frame, Damage> {
+        let damage = |reason: String| Damage {
+            offset: self.offset,
+            reason,
+        };
+        let payload = &self.payload[..];
+        Ok(match self.kind {
+            FRAME_CHUNK => {
+                let mut c = chunk();
+                decoder
+                    .decode_into(payload, &mut c)
+                    .map_err(|e| damage(chunk_reason(&e)))?;
+                Frame::Chunk(c)
+            }
+            FRAME_MAPPINGS => Frame::Mappings(
+                serde_json::from_slice(payload)
+                    .map_err(|e| damage(format!("mappings frame: {e}")))?,
+            ),
+            FRAME_NOTE => Frame::Note(
+                serde_json::from_slice(payload).map_err(|e| damage(format!("note frame: {e}")))?,
+            ),
+            FRAME_END => Frame::End(
+                serde_json::from_slice(payload).map_err(|e| damage(format!("end frame: {e}")))?,
+            ),
+            other => return Err(damage(format!("unknown frame kind {other}"))),
+        })
+    }
+}
+
 /// Reads frames from a trace.
 pub struct TraceReader<R: Read> {
     input: R,
     decoder: ChunkDecoder,
-    payload: Vec<u8>,
     meta: TraceMeta,
     offset: u64,
     damage: Option<Damage>,
     done: bool,
+    raw: RawFrame,
 }
 
 impl<R: Read> TraceReader<R> {
@@ -86,11 +129,15 @@ impl<R: Read> TraceReader<R> {
         Ok(TraceReader {
             input,
             decoder: ChunkDecoder::new(),
-            payload: Vec::new(),
             meta,
             offset: 20 + u64::from(len),
             damage: None,
             done: false,
+            raw: RawFrame {
+                offset: 0,
+                kind: 0,
+                payload: Vec::new(),
+            },
         })
     }
 
@@ -111,15 +158,67 @@ impl<R: Read> TraceReader<R> {
     /// The next frame; `Ok(None)` at the end of the readable trace (clean end, or damage:
     /// see [`TraceReader::damage`]). I/O errors other than a short read are returned.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, ReadError> {
-        if self.done {
+        self.next_decoded(Chunk::default)
+    }
+
+    /// Like [`TraceReader::next_frame`], but a chunk is decoded into `chunk` (reusing its
+    /// vectors) and reported as an empty `Frame::Chunk`: for readers that stream through large
+    /// traces without allocating per chunk.
+    pub fn next_frame_into(&mut self, chunk: &mut Chunk) -> Result<Option<Frame>, ReadError> {
+        let mut taken = Some(std::mem::take(chunk));
+        let r = self.next_decoded(|| taken.take().unwrap_or_default());
+        Ok(match r? {
+            Some(Frame::Chunk(c)) => {
+                *chunk = c;
+                Some(Frame::Chunk(Chunk::default()))
+            }
+            other => {
+                if let Some(back) = taken {
+                    *chunk = back;
+                }
+                other
+            }
+        })
+    }
+
+    fn next_decoded(&mut self, chunk: impl FnOnce() -> Chunk) -> Result<Option<Frame>, ReadError> {
+        if !self.read_raw()? {
             return Ok(None);
+        }
+        match self.raw.decode(&mut self.decoder, chunk) {
+            Ok(f) => Ok(Some(f)),
+            Err(d) => {
+                self.offset = d.offset;
+                self.damage = Some(d);
+                self.done = true;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The next frame with a good marker, length and CRC, without decoding it.
+    pub fn next_raw_frame(&mut self) -> Result<Option<RawFrame>, ReadError> {
+        if !self.read_raw()? {
+            return Ok(None);
+        }
+        Ok(Some(RawFrame {
+            offset: self.raw.offset,
+            kind: self.raw.kind,
+            payload: std::mem::take(&mut self.raw.payload),
+        }))
+    }
+
+    /// Reads the next frame into `self.raw`; false at the end or at damage.
+    fn read_raw(&mut self) -> Result<bool, ReadError> {
+        if self.done {
+            return Ok(false);
         }
         let start = self.offset;
         let mut head = [0u8; 12];
         let n = read_full(&mut self.input, &mut head).map_err(ReadError::Io)?;
         if n == 0 {
             self.done = true;
-            return Ok(None);
+            return Ok(false);
         }
         if n < head.len() {
             return self.damaged(start, format!("frame header truncated ({n} of 12 bytes)"));
@@ -133,23 +232,9 @@ impl<R: Read> TraceReader<R> {
         if len > MAX_FRAME {
             return self.damaged(start, format!("frame length {len} is implausible"));
         }
-        let mut payload = std::mem::take(&mut self.payload);
+        let payload = &mut self.raw.payload;
         payload.resize(len as usize, 0);
-        let got = read_full(&mut self.input, &mut payload).map_err(ReadError::Io)?;
-        let result = self.parse_frame(start, kind, len, crc, got, &payload);
-        self.payload = payload;
-        result
-    }
-
-    fn parse_frame(
-        &mut self,
-        start: u64,
-        kind: u8,
-        len: u32,
-        crc: u32,
-        got: usize,
-        payload: &[u8],
-    ) -> Result<Option<Frame>, ReadError> {
+        let got = read_full(&mut self.input, payload).map_err(ReadError::Io)?;
         if got < payload.len() {
             return self.damaged(
                 start,
@@ -159,33 +244,16 @@ impl<R: Read> TraceReader<R> {
         if crc32fast::hash(payload) != crc {
             return self.damaged(start, "frame checksum mismatch".to_string());
         }
+        self.raw.offset = start;
+        self.raw.kind = kind;
         self.offset += 12 + u64::from(len);
-        let frame = match kind {
-            FRAME_CHUNK => match self.decoder.decode(payload) {
-                Ok(c) => Frame::Chunk(c),
-                Err(e) => return self.damaged(start, chunk_reason(&e)),
-            },
-            FRAME_MAPPINGS => match serde_json::from_slice(payload) {
-                Ok(m) => Frame::Mappings(m),
-                Err(e) => return self.damaged(start, format!("mappings frame: {e}")),
-            },
-            FRAME_NOTE => match serde_json::from_slice(payload) {
-                Ok(s) => Frame::Note(s),
-                Err(e) => return self.damaged(start, format!("note frame: {e}")),
-            },
-            FRAME_END => match serde_json::from_slice(payload) {
-                Ok(e) => Frame::End(e),
-                Err(e) => return self.damaged(start, format!("end frame: {e}")),
-            },
-            other => return self.damaged(start, format!("unknown frame kind {other}")),
-        };
-        Ok(Some(frame))
+        Ok(true)
     }
 
-    fn damaged(&mut self, offset: u64, reason: String) -> Result<Option<Frame>, ReadError> {
+    fn damaged(&mut self, offset: u64, reason: String) -> Result<bool, ReadError> {
         self.damage = Some(Damage { offset, reason });
         self.done = true;
-        Ok(None)
+        Ok(false)
     }
 }
 

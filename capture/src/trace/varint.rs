@@ -35,15 +35,41 @@ impl<'a> Cursor<'a> {
         self.pos >= self.bytes.len()
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn u8(&mut self) -> Option<u8> {
         let b = *self.bytes.get(self.pos)?;
         self.pos += 1;
         Some(b)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn u64(&mut self) -> Option<u64> {
+        // Fast paths: most values (deltas, residuals of gathers within a few MB) take one to
+        // three bytes.
+        let b = self.bytes;
+        let p = self.pos;
+        if let Some(&b0) = b.get(p) {
+            if b0 < 0x80 {
+                self.pos = p + 1;
+                return Some(u64::from(b0));
+            }
+            if let (Some(&b1), Some(&b2)) = (b.get(p + 1), b.get(p + 2)) {
+                let v = u64::from(b0 & 0x7f) | u64::from(b1 & 0x7f) << 7;
+                if b1 < 0x80 {
+                    self.pos = p + 2;
+                    return Some(v);
+                }
+                if b2 < 0x80 {
+                    self.pos = p + 3;
+                    return Some(v | u64::from(b2) << 14);
+                }
+            }
+        }
+        self.u64_slow()
+    }
+
+    #[inline(never)]
+    fn u64_slow(&mut self) -> Option<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.u8()?;
@@ -59,7 +85,7 @@ impl<'a> Cursor<'a> {
         None
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn i64(&mut self) -> Option<i64> {
         let z = self.u64()?;
         Some(((z >> 1) as i64) ^ -((z & 1) as i64))

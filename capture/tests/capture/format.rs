@@ -188,3 +188,41 @@ proptest! {
         prop_assert_eq!(decode_chunk(&encode_chunk(&c, 1)).unwrap(), c);
     }
 }
+
+#[test]
+fn parallel_reading_gives_the_same_frames_in_order() {
+    let mut w = TraceWriter::create(Vec::new(), &meta("test")).unwrap();
+    let mut want = Vec::new();
+    for k in 0..40u32 {
+        let c = chunk(k % 3, u64::from(k) * 10, 50 + k as usize);
+        w.write_chunk(&c).unwrap();
+        want.push(Frame::Chunk(c));
+        if k % 7 == 0 {
+            w.write_note(&format!("note {k}")).unwrap();
+            want.push(Frame::Note(format!("note {k}")));
+        }
+    }
+    let bytes = w.into_inner();
+    for threads in [1, 2, 4] {
+        let mut got = Vec::new();
+        let r = TraceReader::open(std::io::Cursor::new(bytes.clone())).unwrap();
+        let damage = parallel::for_each_frame(r, threads, |f| got.push(f.clone())).unwrap();
+        assert!(damage.is_none());
+        assert_eq!(got, want, "{threads} threads");
+        // Damage: cut inside the last third; every frame before it arrives, and the offset.
+        let cut = bytes.len() * 2 / 3;
+        let mut part = Vec::new();
+        let r = TraceReader::open(std::io::Cursor::new(bytes[..cut].to_vec())).unwrap();
+        let d = parallel::for_each_frame(r, threads, |f| part.push(f.clone()))
+            .unwrap()
+            .expect("damage reported");
+        assert_eq!(&want[..part.len()], &part[..]);
+        assert!(
+            d.offset as usize <= cut && d.reason.contains("truncated"),
+            "{d:?}"
+        );
+        let (seq, seq_damage) = read_all(&bytes[..cut]);
+        assert_eq!(seq.len(), part.len());
+        assert_eq!(seq_damage, Some(d));
+    }
+}

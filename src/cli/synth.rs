@@ -1,0 +1,324 @@
+//! `mgbench synth` and `mgbench profile` (capture + synth + replay).
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser};
+use mgbench_synth::{synthesize, to_spatter_json, SynthConfig, SynthReport, Verdict};
+
+use super::replay::non_negative;
+
+#[derive(Debug, Args)]
+pub struct SynthArgs {
+    /// The trace to mine (from `mgbench capture` or `mgbench import`).
+    trace: PathBuf,
+    #[command(flatten)]
+    opts: SynthOptions,
+    /// Pattern file to write (default: patterns/PROGRAM.json).
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+    /// Print every candidate and the filter that kept or dropped it.
+    #[arg(long)]
+    explain: bool,
+}
+
+/// Thresholds (GS Patterns' Table 1), shared by `synth` and `profile`.
+#[derive(Debug, Args)]
+pub struct SynthOptions {
+    /// Keep the top N candidates by flagged windows.
+    #[arg(long, default_value_t = 10, value_parser = non_negative)]
+    top: usize,
+    /// Rows (instruction addresses) per window.
+    #[arg(long, default_value_t = 1024, value_parser = non_negative)]
+    window_rows: usize,
+    /// Bytes of indices that fill a row (8 x 8-byte or 16 x 4-byte accesses).
+    #[arg(long, default_value_t = 64, value_parser = non_negative)]
+    row_bytes: usize,
+    /// Drop candidates executed fewer times.
+    #[arg(long, default_value_t = 1024, value_parser = non_negative)]
+    min_instances: usize,
+    /// Drop candidates with fewer unique index distances...
+    #[arg(long, default_value_t = 6, value_parser = non_negative)]
+    min_unique_distances: usize,
+    /// ...unless half their distances are at least this far (in elements).
+    #[arg(long, default_value_t = 513, value_parser = non_negative)]
+    oob_distance: usize,
+    /// Keep candidates whose instruction has no symbol.
+    #[arg(long)]
+    keep_unsymbolized: bool,
+    /// Only this thread's accesses (thread ids as in `trace info`).
+    #[arg(long, value_parser = non_negative)]
+    thread: Option<usize>,
+    /// Longest pattern written; longer non-repeating streams are truncated (and say so).
+    #[arg(long, default_value_t = 1 << 20, value_parser = non_negative)]
+    max_pattern: usize,
+    /// Mine the readable part of a damaged trace instead of refusing it.
+    #[arg(long)]
+    allow_damaged: bool,
+    /// Threads decoding the trace (default: one per CPU).
+    #[arg(long = "decode-threads", value_parser = non_negative)]
+    decode_threads: Option<usize>,
+}
+
+impl SynthOptions {
+    fn config(&self) -> SynthConfig {
+        SynthConfig {
+            window_rows: self.window_rows,
+            row_bytes: self.row_bytes,
+            top: self.top,
+            min_instances: self.min_instances as u64,
+            min_unique_distances: self.min_unique_distances,
+            oob_distance: self.oob_distance as u64,
+            keep_unsymbolized: self.keep_unsymbolized,
+            thread: self.thread.map(|t| t as u32),
+            max_pattern: self.max_pattern,
+            allow_damaged: self.allow_damaged,
+            threads: self
+                .decode_threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        }
+    }
+}
+
+fn default_output(report: &SynthReport) -> PathBuf {
+    let stem = report
+        .program
+        .as_deref()
+        .and_then(|p| Path::new(p).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace".into());
+    PathBuf::from("patterns").join(format!("{stem}.json"))
+}
+
+fn explain(report: &SynthReport, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{} accesses; {} instruction/kind pairs were regular (-1/0/+1 only); {} candidate(s):",
+        report.accesses,
+        report.regular,
+        report.candidates.len()
+    )?;
+    writeln!(
+        out,
+        "{:<14} {:<8} {:>9} {:>12}  {:<40} verdict",
+        "instruction", "kind", "windows", "instances", "source"
+    )?;
+    for c in &report.candidates {
+        let verdict = match &c.verdict {
+            Verdict::Kept => "kept".to_string(),
+            Verdict::Regular => "dropped: regular".to_string(),
+            Verdict::Unsymbolized => "dropped: no symbol".to_string(),
+            Verdict::NotInTop { rank, top } => {
+                format!("dropped: rank {rank}, not in the top {top}")
+            }
+            Verdict::FewInstances { instances, min } => {
+                format!("dropped: {instances} instances < {min}")
+            }
+            Verdict::FewDistances {
+                unique_distances,
+                min,
+                oob_fraction,
+            } => format!(
+                "dropped: {unique_distances} unique distances < {min} and {:.0}% far jumps < 50%",
+                100.0 * oob_fraction
+            ),
+        };
+        writeln!(
+            out,
+            "{:<14} {:<8} {:>9} {:>12}  {:<40} {verdict}",
+            c.ip,
+            c.kind.as_str(),
+            c.flagged_windows,
+            c.instances,
+            c.source.describe()
+        )?;
+    }
+    Ok(())
+}
+
+/// Mines a trace and writes the pattern file; returns its path (None when nothing survived).
+fn mine(
+    trace: &Path,
+    opts: &SynthOptions,
+    output: Option<PathBuf>,
+    show: bool,
+) -> Result<(SynthReport, Option<PathBuf>)> {
+    let report = synthesize(trace, &opts.config())?;
+    if show {
+        explain(&report, &mut std::io::stderr().lock())?;
+    }
+    for n in &report.notes {
+        eprintln!("mgbench: note: {n}");
+    }
+    if report.patterns.is_empty() {
+        eprintln!(
+            "mgbench: no gather/scatter pattern survived the filters in {} ({}); nothing written. \
+             Run with --explain to see every candidate, or relax the thresholds.",
+            trace.display(),
+            report.filter_summary()
+        );
+        return Ok((report, None));
+    }
+    let out = output.unwrap_or_else(|| default_output(&report));
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let json = to_spatter_json(&report.patterns)?;
+    std::fs::write(&out, json).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!(
+        "mgbench: {} pattern(s) from {} accesses -> {}",
+        report.patterns.len(),
+        report.accesses,
+        out.display()
+    );
+    for p in &report.patterns {
+        eprintln!(
+            "mgbench:   {:<32} {:<8} {:>8} indices x {:<6} delta {:<6} {}",
+            p.name,
+            p.kernel.as_str(),
+            p.pattern.len(),
+            p.count,
+            p.delta,
+            p.compression
+        );
+    }
+    Ok((report, Some(out)))
+}
+
+pub fn synth(args: SynthArgs) -> Result<i32> {
+    mine(&args.trace, &args.opts, args.output, args.explain)?;
+    Ok(0)
+}
+
+#[derive(Debug, Args)]
+#[command(trailing_var_arg = true)]
+pub struct ProfileArgs {
+    /// Record every access (default: sampled).
+    #[arg(long)]
+    full: bool,
+    /// Capture backend.
+    #[arg(short = 'b', long, value_enum, default_value_t = super::capture::Backend::Qemu)]
+    backend: super::capture::Backend,
+    /// Record only while FUNCTION runs (repeatable).
+    #[arg(long, value_name = "FUNCTION")]
+    roi: Vec<String>,
+    /// Keep the trace here (default: a temporary file, removed afterwards).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Pattern file to write (default: patterns/PROGRAM.json).
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    opts: SynthOptions,
+    /// Replay threads (default: one per CPU).
+    #[arg(short = 't', long, value_parser = non_negative)]
+    threads: Option<usize>,
+    /// Timed replay runs per pattern.
+    #[arg(short = 'R', long, value_parser = non_negative)]
+    runs: Option<usize>,
+    /// Program to profile, and its arguments.
+    #[arg(
+        value_name = "PROGRAM [ARGS]...",
+        allow_hyphen_values = true,
+        required = true
+    )]
+    command: Vec<OsString>,
+}
+
+pub fn profile(args: ProfileArgs) -> Result<i32> {
+    let temp;
+    let trace = match &args.trace {
+        Some(t) => t.clone(),
+        None => {
+            temp = TempFile::new("mgbench-profile", "mgbt");
+            temp.path.clone()
+        }
+    };
+    let mut capture = vec![OsString::from("capture"), "-o".into(), trace.clone().into()];
+    if args.full {
+        capture.push("--full".into());
+    }
+    capture.push("--backend".into());
+    capture.push(
+        match args.backend {
+            super::capture::Backend::Qemu => "qemu",
+            super::capture::Backend::Ptrace => "ptrace",
+            super::capture::Backend::Pt => "pt",
+        }
+        .into(),
+    );
+    for r in &args.roi {
+        capture.push("--roi".into());
+        capture.push(r.into());
+    }
+    capture.push("--".into());
+    capture.extend(args.command.iter().cloned());
+    let cli = super::Cli::try_parse_from(std::iter::once(OsString::from("mgbench")).chain(capture))
+        .context("internal: capture arguments")?;
+    eprintln!("mgbench: [1/3] capture");
+    let status = super::run(cli)?;
+    if status != 0 {
+        eprintln!("mgbench: the program exited with status {status}; mining what was recorded");
+    }
+    eprintln!("mgbench: [2/3] synth");
+    let (report, file) = mine(&trace, &args.opts, args.output, false)?;
+    let Some(file) = file else {
+        bail!("nothing to replay: {} has no irregular gather/scatter pattern that passes the filters ({})", args.command[0].to_string_lossy(), report.filter_summary());
+    };
+    eprintln!("mgbench: [3/3] replay (with STREAM)");
+    let mut replay = vec![OsString::from("replay"), file.into()];
+    if let Some(t) = args.threads {
+        replay.push("--threads".into());
+        replay.push(t.to_string().into());
+    }
+    if let Some(r) = args.runs {
+        replay.push("--runs".into());
+        replay.push(r.to_string().into());
+    }
+    let cli = super::Cli::try_parse_from(std::iter::once(OsString::from("mgbench")).chain(replay))
+        .context("internal: replay arguments")?;
+    super::run(cli)?;
+    println!();
+    println!("Where the patterns come from:");
+    for p in &report.patterns {
+        println!(
+            "  {:<32} {} ({}), {} dynamic instances, element size {} B",
+            p.name,
+            p.source.function.as_deref().unwrap_or("??"),
+            match (&p.source.file, p.source.line) {
+                (Some(f), Some(l)) => format!("{f}:{l}"),
+                _ => p.source.ip.clone(),
+            },
+            p.instances,
+            p.element_size
+        );
+    }
+    Ok(status)
+}
+
+/// A path in the temporary directory, removed on drop.
+struct TempFile {
+    path: PathBuf,
+}
+
+impl TempFile {
+    fn new(prefix: &str, ext: &str) -> TempFile {
+        let path = std::env::temp_dir().join(format!(
+            "{prefix}-{}-{}.{ext}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        TempFile { path }
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

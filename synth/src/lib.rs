@@ -1,0 +1,456 @@
+//! mgbench-synth: mine a memory trace for the gather/scatter patterns that matter and write
+//! them as Spatter JSON (GS Patterns, MEMSYS'24, with every threshold exposed and delta/count
+//! recovered).
+//!
+//! Two streaming passes over the trace: pass 1 runs GS Patterns' windows over every access
+//! ([`window`]); the candidates then go through the paper's Table 1 filters (regular-only,
+//! unsymbolized, not in the top N, too few instances); pass 2 records the survivors' element
+//! indices ([`record`]), applies the last filter (few unique distances and few far jumps) and
+//! recovers delta/count when a stream repeats with a constant shift.
+//!
+//! ```no_run
+//! use mgbench_synth::{synthesize, SynthConfig};
+//!
+//! let report = synthesize(std::path::Path::new("spmv.mgbt"), &SynthConfig::default()).unwrap();
+//! for p in &report.patterns {
+//!     println!("{} from {:?}: {} indices x {}", p.name, p.source.function, p.pattern.len(), p.count);
+//! }
+//! ```
+
+pub mod config;
+mod fasthash;
+pub mod record;
+pub mod window;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+
+use mgbench_capture::symbols::{SourceLocation, Symbolizer};
+use mgbench_capture::trace::{AccessKind, Chunk, Frame, Mapping, TraceMeta, TraceReader};
+use serde::Serialize;
+
+pub use config::{SynthConfig, SynthError};
+
+/// Recorders pass 1 keeps at most (each holds up to `max_pattern` indices).
+const SPECULATION_BUDGET: usize = 32;
+use record::{Compression, Recorder};
+use window::{IpStats, Windows};
+
+/// Gather (loads) or scatter (stores).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PatternKind {
+    Gather,
+    Scatter,
+}
+
+impl PatternKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PatternKind::Gather => "gather",
+            PatternKind::Scatter => "scatter",
+        }
+    }
+}
+
+/// Where a pattern came from, in the output's `source` key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Source {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// Instruction address, "0x401136".
+    pub ip: String,
+}
+
+/// Numbers behind the filters, in the output's `synth` key.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SynthStats {
+    pub flagged_windows: u64,
+    pub unique_distances: usize,
+    pub oob_fraction: f64,
+}
+
+/// One pattern: a Spatter config object plus mgbench's extra keys (ignored by replay and by
+/// Spatter).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SynthPattern {
+    pub name: String,
+    pub kernel: PatternKind,
+    pub pattern: Vec<u64>,
+    pub delta: u64,
+    pub count: u64,
+    pub source: Source,
+    /// Dynamic executions of the instruction (its accesses of this kind).
+    pub instances: u64,
+    /// Bytes per access; indices are in these units.
+    pub element_size: u8,
+    /// How the index stream became (pattern, delta, count).
+    pub compression: String,
+    pub synth: SynthStats,
+}
+
+/// Why a candidate was kept or dropped.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    Kept,
+    /// Filter 1: every window saw only distances -1, 0, +1.
+    Regular,
+    /// Filter 2: no symbol for the instruction.
+    Unsymbolized,
+    /// Filter 3: not in the top N by flagged windows.
+    NotInTop {
+        rank: usize,
+        top: usize,
+    },
+    /// Filter 4: too few dynamic instances.
+    FewInstances {
+        instances: u64,
+        min: u64,
+    },
+    /// Filter 5: few unique distances and few far jumps.
+    FewDistances {
+        unique_distances: usize,
+        min: usize,
+        oob_fraction: f64,
+    },
+}
+
+/// A (instruction, kind) pair considered by the filters.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    pub ip: String,
+    pub kind: PatternKind,
+    pub flagged_windows: u64,
+    pub instances: u64,
+    #[serde(flatten)]
+    pub source: SourceLocation,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+}
+
+/// Everything synthesis found.
+#[derive(Debug, Clone, Serialize)]
+pub struct SynthReport {
+    pub trace: String,
+    pub program: Option<String>,
+    pub accesses: u64,
+    pub patterns: Vec<SynthPattern>,
+    /// Every flagged candidate, and what happened to it.
+    pub candidates: Vec<Candidate>,
+    /// Instructions whose windows were all regular (filter 1), by kind.
+    pub regular: u64,
+    pub notes: Vec<String>,
+}
+
+impl SynthReport {
+    /// How many candidates each filter removed, for "nothing survived" messages.
+    pub fn filter_summary(&self) -> String {
+        let mut counts: HashMap<&str, u64> = HashMap::new();
+        for c in &self.candidates {
+            let k = match c.verdict {
+                Verdict::Kept => continue,
+                Verdict::Regular => "regular (-1/0/+1 only)",
+                Verdict::Unsymbolized => "no symbol (--keep-unsymbolized keeps them)",
+                Verdict::NotInTop { .. } => "not in the top N (--top)",
+                Verdict::FewInstances { .. } => "too few instances (--min-instances)",
+                Verdict::FewDistances { .. } => {
+                    "few unique distances and few far jumps (--min-unique-distances, --oob-distance)"
+                }
+            };
+            *counts.entry(k).or_default() += 1;
+        }
+        let mut parts = vec![format!("{} regular (-1/0/+1 only)", self.regular)];
+        let mut rest: Vec<(&str, u64)> = counts.into_iter().collect();
+        rest.sort();
+        parts.extend(rest.into_iter().map(|(k, n)| format!("{n} {k}")));
+        parts.join(", ")
+    }
+}
+
+fn open(path: &Path) -> Result<TraceReader<BufReader<File>>, SynthError> {
+    let p = path.display().to_string();
+    let f = File::open(path).map_err(|cause| SynthError::Open {
+        path: p.clone(),
+        cause,
+    })?;
+    TraceReader::open(BufReader::with_capacity(1 << 20, f))
+        .map_err(|cause| SynthError::Read { path: p, cause })
+}
+
+/// What a pass learns besides the accesses: the header, the mappings, and where the trace
+/// is damaged (offset, reason), if it is.
+type PassInfo = (TraceMeta, Vec<Mapping>, Option<(u64, String)>);
+
+/// Calls `f` for every chunk of the selected thread, decoding with `cfg.threads` threads.
+fn for_each_chunk(
+    path: &Path,
+    cfg: &SynthConfig,
+    mut f: impl FnMut(&Chunk),
+) -> Result<PassInfo, SynthError> {
+    let r = open(path)?;
+    let meta = r.meta().clone();
+    let mut maps = Vec::new();
+    let damage =
+        mgbench_capture::trace::parallel::for_each_frame(r, cfg.threads, |frame| match frame {
+            Frame::Chunk(c) if cfg.thread.is_none_or(|t| t == c.thread) => f(c),
+            Frame::Mappings(m) => maps.extend(m.iter().cloned()),
+            _ => {}
+        })
+        .map_err(|cause| SynthError::Read {
+            path: path.display().to_string(),
+            cause,
+        })?;
+    Ok((meta, maps, damage.map(|d| (d.offset, d.reason))))
+}
+
+fn describe_compression(c: &Compression, negative_shift: bool, cap: usize) -> String {
+    match c {
+        Compression::Repeated {
+            period,
+            count,
+            delta,
+            dropped_tail,
+        } => {
+            let mut s = format!(
+                "delta/count recovered: a base pattern of {period} indices repeated {count} times, shifted by {delta} each time"
+            );
+            if *dropped_tail > 0 {
+                s.push_str(&format!(
+                    "; the last {dropped_tail} indices (an incomplete repetition) are not represented"
+                ));
+            }
+            s
+        }
+        Compression::Full if negative_shift => {
+            "the full index stream (it repeats with a negative shift, which replay cannot express)".into()
+        }
+        Compression::Full => "the full index stream (it does not repeat)".into(),
+        Compression::Truncated { kept, total } => format!(
+            "truncated: the first {kept} of {total} indices (the stream does not repeat; --max-pattern {cap} caps patterns)"
+        ),
+    }
+}
+
+/// Runs both passes and the filters over the trace at `path`.
+pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthError> {
+    cfg.validate()?;
+    let p = path.display().to_string();
+
+    // Pass 1: windows over every access, recording likely candidates as it goes.
+    let mut windows = Windows::new(cfg.window_rows, cfg.row_bytes).with_speculation(
+        cfg.max_pattern,
+        cfg.oob_distance,
+        SPECULATION_BUDGET.max(cfg.top * 2),
+    );
+    let (meta, mappings, damage) = for_each_chunk(path, cfg, |c| {
+        for a in &c.accesses {
+            windows.push(a);
+        }
+    })?;
+    let (stats, accesses, mut spec) = windows.finish();
+    if let Some((offset, reason)) = &damage {
+        if !cfg.allow_damaged {
+            return Err(SynthError::Damaged {
+                path: p,
+                offset: *offset,
+                reason: reason.clone(),
+                recovered: accesses,
+            });
+        }
+    }
+    if accesses == 0 {
+        let why = match (&meta.roi, cfg.thread) {
+            (_, Some(t)) => format!(" for thread {t}"),
+            (Some(roi), _) => format!(" (its ROI {} was never entered)", roi.functions.join(", ")),
+            _ => String::new(),
+        };
+        return Err(SynthError::Empty { path: p, why });
+    }
+
+    // Filters 1-4 on pass-1 statistics.
+    let mut sym = Symbolizer::new(mappings);
+    let mut candidates: Vec<(Candidate, &IpStats)> = Vec::new();
+    let mut regular = 0u64;
+    for st in &stats {
+        for (kind, flagged, instances) in [
+            (PatternKind::Gather, st.gather_windows, st.loads),
+            (PatternKind::Scatter, st.scatter_windows, st.stores),
+        ] {
+            if instances == 0 {
+                continue;
+            }
+            if flagged == 0 {
+                regular += 1;
+                continue;
+            }
+            let source = sym.resolve(st.ip);
+            let verdict = if source.function.is_none() && !cfg.keep_unsymbolized {
+                Verdict::Unsymbolized
+            } else {
+                Verdict::Kept
+            };
+            candidates.push((
+                Candidate {
+                    ip: format!("{:#x}", st.ip),
+                    kind,
+                    flagged_windows: flagged,
+                    instances,
+                    source,
+                    verdict,
+                },
+                st,
+            ));
+        }
+    }
+    candidates.sort_by(|(a, sa), (b, sb)| {
+        b.flagged_windows
+            .cmp(&a.flagged_windows)
+            .then(b.instances.cmp(&a.instances))
+            .then(sa.ip.cmp(&sb.ip))
+    });
+    let mut rank = 0usize;
+    for (c, _) in candidates.iter_mut() {
+        if c.verdict != Verdict::Kept {
+            continue;
+        }
+        rank += 1;
+        if rank > cfg.top {
+            c.verdict = Verdict::NotInTop { rank, top: cfg.top };
+        } else if c.instances < cfg.min_instances {
+            c.verdict = Verdict::FewInstances {
+                instances: c.instances,
+                min: cfg.min_instances,
+            };
+        }
+    }
+
+    // Pass 2, only for survivors that pass 1 did not record from their first access.
+    let ids: HashMap<u64, usize, fasthash::Build> =
+        stats.iter().enumerate().map(|(i, st)| (st.ip, i)).collect();
+    let mut recorders: HashMap<(u64, bool), (usize, Recorder, u64), fasthash::Build> =
+        HashMap::default();
+    let mut need_pass2 = false;
+    for (i, (c, st)) in candidates.iter().enumerate() {
+        if c.verdict != Verdict::Kept {
+            continue;
+        }
+        let kind = usize::from(c.kind == PatternKind::Scatter);
+        let slot = &mut spec[ids[&st.ip]][kind];
+        let rec = match std::mem::replace(slot, window::Speculation::Dropped) {
+            window::Speculation::Recording(r) => r,
+            _ => {
+                need_pass2 = true;
+                Recorder::new(cfg.max_pattern, cfg.oob_distance)
+            }
+        };
+        recorders.insert((st.ip, kind == 1), (i, rec, u64::from(st.element_size)));
+    }
+    drop(spec);
+    if need_pass2 {
+        let fresh: Vec<(u64, bool)> = recorders
+            .iter()
+            .filter(|(_, (_, r, _))| r.instances() == 0)
+            .map(|(k, _)| *k)
+            .collect();
+        let mut pass2: HashMap<(u64, bool), Recorder, fasthash::Build> = fresh
+            .iter()
+            .map(|k| (*k, Recorder::new(cfg.max_pattern, cfg.oob_distance)))
+            .collect();
+        let sizes: HashMap<u64, u64, fasthash::Build> = stats
+            .iter()
+            .map(|st| (st.ip, u64::from(st.element_size)))
+            .collect();
+        for_each_chunk(path, cfg, |c| {
+            for a in &c.accesses {
+                if let Some(r) = pass2.get_mut(&(a.ip, a.kind == AccessKind::Store)) {
+                    r.push(a.addr / sizes[&a.ip]);
+                }
+            }
+        })?;
+        for (k, r) in pass2 {
+            if let Some(e) = recorders.get_mut(&k) {
+                e.1 = r;
+            }
+        }
+    }
+
+    // Filter 5 and the patterns.
+    let mut patterns = Vec::new();
+    let mut notes = Vec::new();
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut order: Vec<(usize, Recorder, u64)> = recorders.into_values().collect();
+    order.sort_by_key(|(i, _, _)| *i);
+    for (i, rec, size) in order {
+        let unique = rec.unique_distances();
+        let oob = rec.oob_fraction();
+        let (c, st) = &mut candidates[i];
+        if unique < cfg.min_unique_distances && oob < 0.5 {
+            c.verdict = Verdict::FewDistances {
+                unique_distances: unique,
+                min: cfg.min_unique_distances,
+                oob_fraction: oob,
+            };
+            continue;
+        }
+        let r = rec.finish();
+        let base = match (&c.source.function, c.source.line) {
+            (Some(f), Some(l)) => format!("{f}:{l}-{}", c.kind.as_str()),
+            (Some(f), None) => format!("{f}-{}", c.kind.as_str()),
+            _ => format!("{:#x}-{}", st.ip, c.kind.as_str()),
+        };
+        let n = names.entry(base.clone()).or_insert(0);
+        *n += 1;
+        let name = if *n == 1 { base } else { format!("{base}-{n}") };
+        if let Compression::Truncated { kept, total } = r.compression {
+            notes.push(format!(
+                "{name}: the pattern was truncated to {kept} of {total} indices (raise --max-pattern to keep more)"
+            ));
+        }
+        patterns.push(SynthPattern {
+            name,
+            kernel: c.kind,
+            pattern: r.pattern,
+            delta: r.delta,
+            count: r.count,
+            source: Source {
+                function: c.source.function.clone(),
+                file: c.source.file.clone(),
+                line: c.source.line,
+                ip: c.ip.clone(),
+            },
+            instances: r.instances,
+            element_size: size as u8,
+            compression: describe_compression(&r.compression, r.negative_shift, cfg.max_pattern),
+            synth: SynthStats {
+                flagged_windows: c.flagged_windows,
+                unique_distances: unique,
+                oob_fraction: oob,
+            },
+        });
+    }
+    if damage.is_some() {
+        notes.push("the trace is damaged: only the accesses before the damage were mined".into());
+    }
+    Ok(SynthReport {
+        trace: p,
+        program: meta.command.first().cloned(),
+        accesses,
+        patterns,
+        candidates: candidates.into_iter().map(|(c, _)| c).collect(),
+        regular,
+        notes,
+    })
+}
+
+/// The Spatter JSON text of the patterns (an array, one object per line).
+pub fn to_spatter_json(patterns: &[SynthPattern]) -> Result<String, serde_json::Error> {
+    let lines: Vec<String> = patterns
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<_, _>>()?;
+    Ok(format!("[\n  {}\n]\n", lines.join(",\n  ")))
+}

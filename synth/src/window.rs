@@ -1,0 +1,321 @@
+//! Pass 1: GS Patterns' windows, per instruction address (DESIGN §4).
+//!
+//! Two windows, loads and stores, of up to `window_rows` rows, one row per instruction
+//! address. A row collects the element indices (address / access size) of its instruction.
+//! When a row reaches `row_bytes` of indices, or a window has no room for a new row, every row
+//! of both windows is analysed and both windows reset; a row whose consecutive distances are
+//! not all in {-1, 0, +1} marks its instruction as a gather (load window) or scatter (store
+//! window) candidate for that window. The final partial window is analysed too.
+//!
+//! A row's verdict only needs its previous index and whether a large step was seen, so rows
+//! store no indices, and a reset touches only the rows in use (generation tags), not all
+//! `window_rows` slots: the cost is constant per access.
+
+use std::collections::HashMap;
+
+use mgbench_capture::trace::{Access, AccessKind};
+
+use crate::record::Recorder;
+
+/// Speculative recording of an (instruction, kind) from its first access (see [`Windows`]).
+#[derive(Debug)]
+pub enum Speculation {
+    /// Not started (no access of this kind yet).
+    None,
+    /// Recording since the first access; decided when its first window is analysed.
+    Pending(Recorder),
+    /// Its first window was irregular: recording every index since instance 0.
+    Recording(Recorder),
+    /// Regular in its first window, or over the budget: pass 2 records it if it is kept.
+    Dropped,
+}
+
+/// Per-instruction counts gathered in pass 1.
+#[derive(Debug, Clone, Default)]
+pub struct IpStats {
+    pub ip: u64,
+    pub loads: u64,
+    pub stores: u64,
+    /// Windows in which the instruction's load row was irregular.
+    pub gather_windows: u64,
+    /// Windows in which its store row was irregular.
+    pub scatter_windows: u64,
+    /// Access size of its first access (element size).
+    pub element_size: u8,
+}
+
+#[derive(Clone, Copy)]
+struct Row {
+    id: u32,
+    len: u32,
+    cap: u32,
+    last: u64,
+    irregular: bool,
+}
+
+/// One window (loads or stores).
+struct Window {
+    generation: u32,
+    /// Per instruction id: generation of its current row, and its row index.
+    row_gen: Vec<u32>,
+    row_idx: Vec<u32>,
+    rows: Vec<Row>,
+}
+
+impl Window {
+    fn new() -> Window {
+        Window {
+            generation: 1,
+            row_gen: Vec::new(),
+            row_idx: Vec::new(),
+            rows: Vec::new(),
+        }
+    }
+}
+
+/// Pass-1 state: windows plus per-instruction statistics.
+///
+/// It also records index streams speculatively so that a second pass over the trace is
+/// usually unnecessary: every (instruction, kind) records from its first access; when its
+/// first window is analysed the recorder is kept if that window was irregular (a real gather
+/// nearly always is) and dropped otherwise. A kept recorder is exact from instance 0. At most
+/// `budget` recorders are kept; candidates without one are recorded by pass 2.
+pub struct Windows {
+    rows_per_window: usize,
+    row_bytes: usize,
+    ids: HashMap<u64, u32, crate::fasthash::Build>,
+    /// Small direct-mapped cache in front of `ids` (accesses cycle over few instructions).
+    cache: Vec<(u64, u32)>,
+    pub stats: Vec<IpStats>,
+    windows: [Window; 2],
+    pub accesses: u64,
+    pub flushes: u64,
+    /// Per instruction id and kind (0 loads, 1 stores).
+    pub spec: Vec<[Speculation; 2]>,
+    spec_cap: usize,
+    spec_oob: u64,
+    spec_budget: usize,
+    spec_kept: usize,
+}
+
+const CACHE_BITS: u32 = 8;
+
+impl Windows {
+    pub fn new(rows_per_window: usize, row_bytes: usize) -> Windows {
+        Windows {
+            rows_per_window,
+            row_bytes,
+            ids: HashMap::default(),
+            cache: vec![(u64::MAX, 0); 1 << CACHE_BITS],
+            stats: Vec::new(),
+            windows: [Window::new(), Window::new()],
+            accesses: 0,
+            flushes: 0,
+            spec: Vec::new(),
+            spec_cap: 0,
+            spec_oob: 0,
+            spec_budget: 0,
+            spec_kept: 0,
+        }
+    }
+
+    /// Enables speculative recording: patterns capped at `cap`, at most `budget` kept.
+    pub fn with_speculation(mut self, cap: usize, oob_distance: u64, budget: usize) -> Windows {
+        self.spec_cap = cap;
+        self.spec_oob = oob_distance;
+        self.spec_budget = budget;
+        self
+    }
+
+    #[inline]
+    fn id(&mut self, ip: u64, size: u8) -> u32 {
+        let slot = (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_BITS)) as usize;
+        let (cip, cid) = self.cache[slot];
+        if cip == ip {
+            return cid;
+        }
+        let next = self.stats.len() as u32;
+        let id = *self.ids.entry(ip).or_insert(next);
+        if id == next {
+            self.stats.push(IpStats {
+                ip,
+                element_size: size.max(1),
+                ..IpStats::default()
+            });
+            for w in &mut self.windows {
+                w.row_gen.push(0);
+                w.row_idx.push(0);
+            }
+            self.spec.push([Speculation::None, Speculation::None]);
+        }
+        self.cache[slot] = (ip, id);
+        id
+    }
+
+    /// Feeds one access.
+    #[inline]
+    pub fn push(&mut self, a: &Access) {
+        self.accesses += 1;
+        let id = self.id(a.ip, a.size);
+        let st = &mut self.stats[id as usize];
+        let w = match a.kind {
+            AccessKind::Load => {
+                st.loads += 1;
+                0
+            }
+            AccessKind::Store => {
+                st.stores += 1;
+                1
+            }
+        };
+        let size = u64::from(st.element_size);
+        let index = a.addr / size;
+        if self.spec_budget > 0 {
+            match &mut self.spec[id as usize][w] {
+                s @ Speculation::None => {
+                    let mut r = Recorder::new(self.spec_cap, self.spec_oob);
+                    r.push(index);
+                    *s = Speculation::Pending(r);
+                }
+                Speculation::Pending(r) | Speculation::Recording(r) => r.push(index),
+                Speculation::Dropped => {}
+            }
+        }
+        let win = &self.windows[w];
+        let has_row = win.row_gen[id as usize] == win.generation;
+        if !has_row && win.rows.len() >= self.rows_per_window {
+            self.flush();
+        }
+        let win = &mut self.windows[w];
+        if win.row_gen[id as usize] != win.generation {
+            let cap = (self.row_bytes as u64 / size).max(1) as u32;
+            win.row_gen[id as usize] = win.generation;
+            win.row_idx[id as usize] = win.rows.len() as u32;
+            win.rows.push(Row {
+                id,
+                len: 1,
+                cap,
+                last: index,
+                irregular: false,
+            });
+            if cap == 1 {
+                self.flush();
+            }
+            return;
+        }
+        let row = &mut win.rows[win.row_idx[id as usize] as usize];
+        let d = index.wrapping_sub(row.last) as i64;
+        if !(-1..=1).contains(&d) {
+            row.irregular = true;
+        }
+        row.last = index;
+        row.len += 1;
+        if row.len >= row.cap {
+            self.flush();
+        }
+    }
+
+    /// Analyses every row of both windows and resets them.
+    pub fn flush(&mut self) {
+        self.flushes += 1;
+        for (w, win) in self.windows.iter_mut().enumerate() {
+            for row in &win.rows {
+                if row.irregular {
+                    let st = &mut self.stats[row.id as usize];
+                    if w == 0 {
+                        st.gather_windows += 1;
+                    } else {
+                        st.scatter_windows += 1;
+                    }
+                }
+                if self.spec_budget > 0 {
+                    let s = &mut self.spec[row.id as usize][w];
+                    if matches!(s, Speculation::Pending(_)) {
+                        let keep = row.irregular && self.spec_kept < self.spec_budget;
+                        *s = match std::mem::replace(s, Speculation::Dropped) {
+                            Speculation::Pending(r) if keep => {
+                                self.spec_kept += 1;
+                                Speculation::Recording(r)
+                            }
+                            _ => Speculation::Dropped,
+                        };
+                    }
+                }
+            }
+            win.rows.clear();
+            win.generation = win.generation.wrapping_add(1).max(1);
+        }
+    }
+
+    /// Analyses the final partial window and returns the statistics and the speculative
+    /// recorders (by instruction id and kind).
+    pub fn finish(mut self) -> (Vec<IpStats>, u64, Vec<[Speculation; 2]>) {
+        self.flush();
+        (self.stats, self.accesses, self.spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(ip: u64, index: u64) -> Access {
+        Access {
+            ip,
+            addr: index * 8,
+            size: 8,
+            kind: AccessKind::Load,
+        }
+    }
+
+    #[test]
+    fn unit_stride_is_never_flagged_random_is() {
+        let mut w = Windows::new(1024, 64);
+        let mut state = 1u64;
+        for i in 0..10_000u64 {
+            w.push(&load(0x10, i)); // unit stride
+            w.push(&load(0x20, i / 3)); // repeats and +1: still regular
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+            w.push(&load(0x30, state >> 40)); // random
+        }
+        let (stats, n, _) = w.finish();
+        assert_eq!(n, 30_000);
+        let by_ip = |ip| stats.iter().find(|s| s.ip == ip).unwrap().clone();
+        assert_eq!(by_ip(0x10).gather_windows, 0);
+        assert_eq!(by_ip(0x20).gather_windows, 0);
+        // 8 entries of 8 bytes per row: about one window per 8 accesses of the hottest ip.
+        assert!(by_ip(0x30).gather_windows > 1000);
+        assert_eq!(by_ip(0x30).scatter_windows, 0);
+    }
+
+    #[test]
+    fn stores_flag_scatters() {
+        let mut w = Windows::new(1024, 64);
+        for i in 0..100u64 {
+            w.push(&Access {
+                ip: 0x40,
+                addr: (i * 37 % 101) * 4,
+                size: 4,
+                kind: AccessKind::Store,
+            });
+        }
+        let (stats, _, _) = w.finish();
+        assert!(stats[0].scatter_windows > 0);
+        assert_eq!(stats[0].element_size, 4);
+    }
+
+    #[test]
+    fn window_full_of_rows_flushes_and_partial_window_counts() {
+        // 3 rows of capacity 8, window of 2 rows: the third instruction forces a flush.
+        let mut w = Windows::new(2, 64);
+        w.push(&load(1, 0));
+        w.push(&load(1, 100)); // irregular
+        w.push(&load(2, 0));
+        w.push(&load(3, 0)); // window full: flush, then row for 3
+        w.push(&load(3, 50)); // irregular, analysed by finish()
+        let (stats, _, _) = w.finish();
+        assert_eq!(stats[0].gather_windows, 1);
+        assert_eq!(stats[1].gather_windows, 0);
+        assert_eq!(stats[2].gather_windows, 1);
+    }
+}

@@ -1,0 +1,5 @@
+//! Integration tests of mgbench-synth on generated traces, one module per topic.
+
+mod bad_input;
+mod common;
+mod mining;

@@ -1,0 +1,275 @@
+//! What synthesis finds and keeps.
+
+use mgbench_synth::{synthesize, to_spatter_json, PatternKind, SynthConfig, Verdict};
+
+use crate::common::{load, randoms, store, temp, write_trace};
+
+fn cfg() -> SynthConfig {
+    SynthConfig {
+        keep_unsymbolized: true,
+        ..SynthConfig::default()
+    }
+}
+
+/// An SpMV-like loop: unit-stride column and value loads, the gather, a unit-stride store;
+/// `sweeps` times over the same columns.
+fn spmv(cols: &[u64], sweeps: usize) -> Vec<mgbench_capture::trace::Access> {
+    let mut v = Vec::new();
+    for _ in 0..sweeps {
+        for (j, &c) in cols.iter().enumerate() {
+            v.push(load(0x401000, 1_000_000 + j as u64)); // col[j]
+            v.push(load(0x401004, 2_000_000 + j as u64)); // val[j]
+            v.push(load(0x401008, c)); // x[col[j]]
+            if j % 8 == 7 {
+                v.push(store(0x40100c, (j / 8) as u64)); // y[row]
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn spmv_gather_comes_out_as_columns_with_count_recovered() {
+    let cols = randoms(4000, 4096, 1);
+    let path = temp("spmv.mgbt");
+    write_trace(&path, &spmv(&cols, 5), 3000);
+    let r = synthesize(&path, &cfg()).unwrap();
+    assert_eq!(r.patterns.len(), 1, "{:?}", r.candidates);
+    let p = &r.patterns[0];
+    assert_eq!(p.kernel, PatternKind::Gather);
+    let min = *cols.iter().min().unwrap();
+    assert_eq!(p.pattern, cols.iter().map(|c| c - min).collect::<Vec<_>>());
+    assert_eq!((p.delta, p.count), (0, 5));
+    assert_eq!(p.instances, 20_000);
+    assert_eq!(p.element_size, 8);
+    assert!(
+        p.compression.contains("repeated 5 times"),
+        "{}",
+        p.compression
+    );
+    // The unit-stride loads and the store stream are not kept: their windows are regular except
+    // at sweep boundaries (a jump back), and filter 5 drops them for their two distances.
+    // (The store has too few entries per window to ever look irregular: it is no candidate.)
+    for ip in ["0x401000", "0x401004", "0x40100c"] {
+        if let Some(c) = r.candidates.iter().find(|c| c.ip == ip) {
+            assert!(
+                matches!(
+                    c.verdict,
+                    Verdict::FewDistances {
+                        unique_distances: 2,
+                        ..
+                    }
+                ),
+                "{ip}: {:?}",
+                c.verdict
+            );
+        }
+    }
+    assert!(r.regular >= 1);
+    // replay accepts the output unchanged.
+    let json = to_spatter_json(&r.patterns).unwrap();
+    let configs = mgbench_replay::config::parse_bytes(
+        json.as_bytes(),
+        std::path::Path::new("s.json"),
+        &Default::default(),
+    )
+    .unwrap();
+    assert_eq!(configs[0].count, 5);
+    assert_eq!(configs[0].kernel.effective_pattern().0.len(), 4000);
+}
+
+#[test]
+fn histogram_scatter_comes_out_as_keys() {
+    let keys = randoms(5000, 65536, 2);
+    let mut v = Vec::new();
+    for (i, &k) in keys.iter().enumerate() {
+        v.push(load(0x402000, 3_000_000 + i as u64)); // keys[i]
+        v.push(load(0x402004, k)); // hist[k] load
+        v.push(store(0x402008, k)); // hist[k] store
+    }
+    let path = temp("hist.mgbt");
+    write_trace(&path, &v, 4096);
+    let r = synthesize(&path, &cfg()).unwrap();
+    let s = r
+        .patterns
+        .iter()
+        .find(|p| p.kernel == PatternKind::Scatter)
+        .expect("scatter");
+    let min = *keys.iter().min().unwrap();
+    assert_eq!(s.pattern, keys.iter().map(|k| k - min).collect::<Vec<_>>());
+    assert_eq!(s.count, 1);
+    // The read half of the update is a gather of the same keys.
+    let g = r
+        .patterns
+        .iter()
+        .find(|p| p.kernel == PatternKind::Gather)
+        .expect("gather");
+    assert_eq!(g.pattern, s.pattern);
+}
+
+#[test]
+fn stencils_and_strides_are_filtered_out() {
+    // 5-point stencil on a 256-wide grid: distances 0, +-1 within rows, then jumps of 256 at row
+    // ends for the up/down neighbours, which look irregular only once per row.
+    let n = 256u64;
+    let mut v = Vec::new();
+    for i in 1..n - 1 {
+        for j in 1..n - 1 {
+            v.push(load(0x403000, (i - 1) * n + j));
+            v.push(load(0x403004, (i + 1) * n + j));
+            v.push(load(0x403008, i * n + j - 1));
+            v.push(load(0x40300c, i * n + j + 1));
+            v.push(store(0x403010, 100_000 + i * n + j));
+        }
+    }
+    let path = temp("stencil.mgbt");
+    write_trace(&path, &v, 8192);
+    let r = synthesize(&path, &cfg()).unwrap();
+    assert!(
+        r.patterns.is_empty(),
+        "{:?}",
+        r.patterns.iter().map(|p| &p.name).collect::<Vec<_>>()
+    );
+    // Whatever was flagged (row-end jumps) is dropped for its few distinct distances.
+    assert!(r.candidates.iter().all(|c| matches!(
+        c.verdict,
+        Verdict::FewDistances { .. } | Verdict::FewInstances { .. }
+    )));
+    assert!(r.filter_summary().contains("regular"));
+}
+
+#[test]
+fn thresholds_change_results_as_documented() {
+    let cols = randoms(3000, 1 << 20, 3);
+    let keys = randoms(3000, 1 << 20, 4);
+    let mut v = Vec::new();
+    for (j, (&c, &k)) in cols.iter().zip(&keys).enumerate() {
+        v.push(load(0x404000, c));
+        v.push(store(0x404004, k));
+        if j < 500 {
+            v.push(load(0x404008, k / 2)); // a rare gather: 500 instances
+        }
+    }
+    let path = temp("thresholds.mgbt");
+    write_trace(&path, &v, 2048);
+    let r = synthesize(&path, &cfg()).unwrap();
+    assert_eq!(r.patterns.len(), 2, "the rare gather has < 1024 instances");
+    let rare = r.candidates.iter().find(|c| c.ip == "0x404008").unwrap();
+    assert!(matches!(
+        rare.verdict,
+        Verdict::FewInstances {
+            instances: 500,
+            min: 1024
+        }
+    ));
+    // Lower the bar: it is kept.
+    let r = synthesize(
+        &path,
+        &SynthConfig {
+            min_instances: 100,
+            ..cfg()
+        },
+    )
+    .unwrap();
+    assert_eq!(r.patterns.len(), 3);
+    // --top 1 keeps one.
+    let r = synthesize(&path, &SynthConfig { top: 1, ..cfg() }).unwrap();
+    assert_eq!(r.patterns.len(), 1);
+    assert!(r
+        .candidates
+        .iter()
+        .any(|c| matches!(c.verdict, Verdict::NotInTop { rank: 2, top: 1 })));
+    // Without --keep-unsymbolized, these symbol-less instructions are all dropped.
+    let r = synthesize(&path, &SynthConfig::default()).unwrap();
+    assert!(r.patterns.is_empty());
+    assert!(r
+        .candidates
+        .iter()
+        .all(|c| c.verdict == Verdict::Unsymbolized));
+    // A huge OOB distance and many required unique distances drop everything.
+    let r = synthesize(
+        &path,
+        &SynthConfig {
+            min_unique_distances: 1_000_000,
+            oob_distance: u64::MAX,
+            ..cfg()
+        },
+    )
+    .unwrap();
+    assert!(r.patterns.is_empty());
+    // A larger row makes windows longer, so fewer windows are flagged.
+    let a = synthesize(&path, &cfg()).unwrap();
+    let b = synthesize(
+        &path,
+        &SynthConfig {
+            row_bytes: 512,
+            ..cfg()
+        },
+    )
+    .unwrap();
+    let fw = |r: &mgbench_synth::SynthReport| {
+        r.candidates
+            .iter()
+            .find(|c| c.ip == "0x404000")
+            .unwrap()
+            .flagged_windows
+    };
+    assert!(fw(&b) < fw(&a), "{} vs {}", fw(&b), fw(&a));
+}
+
+#[test]
+fn long_patterns_are_truncated_and_say_so() {
+    let idx = randoms(5000, 1 << 20, 5);
+    let v: Vec<_> = idx.iter().map(|&i| load(0x405000, i)).collect();
+    let path = temp("long.mgbt");
+    write_trace(&path, &v, 1024);
+    let r = synthesize(
+        &path,
+        &SynthConfig {
+            max_pattern: 1000,
+            ..cfg()
+        },
+    )
+    .unwrap();
+    let p = &r.patterns[0];
+    assert_eq!(p.pattern.len(), 1000);
+    assert!(p.compression.starts_with("truncated"), "{}", p.compression);
+    assert!(r.notes.iter().any(|n| n.contains("truncated")));
+}
+
+#[test]
+fn thread_selection() {
+    use mgbench_capture::trace::{Chunk, SampleHeader, TraceWriter};
+    let path = temp("threads.mgbt");
+    let f = std::fs::File::create(&path).unwrap();
+    let mut w = TraceWriter::create(f, &crate::common::meta()).unwrap();
+    for (t, ip) in [(0u32, 0x406000u64), (1, 0x406100)] {
+        let acc: Vec<_> = randoms(2000, 1 << 16, u64::from(t) + 9)
+            .into_iter()
+            .map(|i| load(ip, i))
+            .collect();
+        w.write_chunk(&Chunk {
+            thread: t,
+            samples: vec![SampleHeader {
+                id: 0,
+                skipped_before: 0,
+                len: 2000,
+            }],
+            accesses: acc,
+        })
+        .unwrap();
+    }
+    drop(w);
+    let all = synthesize(&path, &cfg()).unwrap();
+    assert_eq!(all.patterns.len(), 2);
+    let one = synthesize(
+        &path,
+        &SynthConfig {
+            thread: Some(1),
+            ..cfg()
+        },
+    )
+    .unwrap();
+    assert_eq!(one.patterns.len(), 1);
+    assert_eq!(one.patterns[0].source.ip, "0x406100");
+}

@@ -1,0 +1,270 @@
+//! `mgbench synth` and `mgbench profile` on captured demo programs.
+
+use std::path::Path;
+
+use crate::common::{app, have, mgbench, stderr, stdout, temp_dir};
+
+fn read_indices(path: &Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
+}
+
+fn patterns(path: &Path) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    v.as_array().unwrap().clone()
+}
+
+fn capture(dir: &Path, trace: &str, args: &[&str]) {
+    let mut a = vec!["capture", "--full", "-o", trace];
+    a.extend(args);
+    let o = mgbench(&a, dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn spmv_gather_is_its_columns_with_sweeps_as_count() {
+    if !have("qemu-x86_64", "synth on a captured SpMV") {
+        return;
+    }
+    let dir = temp_dir("synth-spmv");
+    let (rows, nnz, iters) = (1024u64, 4u64, 3u64);
+    capture(
+        &dir,
+        "s.mgbt",
+        &[
+            &app("spmv"),
+            &format!("--rows={rows}"),
+            &format!("--nnz={nnz}"),
+            &format!("--iters={iters}"),
+            "--truth=cols.txt",
+        ],
+    );
+    let o = mgbench(&["synth", "s.mgbt", "-o", "spmv.json"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cols = read_indices(&dir.join("cols.txt"));
+    let min = *cols.iter().min().unwrap();
+    let ps = patterns(&dir.join("spmv.json"));
+    let g: Vec<&serde_json::Value> = ps.iter().filter(|p| p["kernel"] == "gather").collect();
+    assert_eq!(g.len(), 1, "{ps:?}");
+    let got: Vec<u64> = g[0]["pattern"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(got, cols.iter().map(|c| c - min).collect::<Vec<_>>());
+    assert_eq!(
+        (g[0]["delta"].as_u64(), g[0]["count"].as_u64()),
+        (Some(0), Some(iters))
+    );
+    assert_eq!(g[0]["source"]["function"], "spmv_rows");
+    assert!(g[0]["source"]["file"].as_str().unwrap().ends_with("spmv.c"));
+    assert_eq!(g[0]["element_size"], 8);
+    assert!(g[0]["name"].as_str().unwrap().starts_with("spmv_rows:"));
+    // replay runs the file unchanged.
+    let o = mgbench(
+        &[
+            "replay",
+            "spmv.json",
+            "--no-stream",
+            "--no-save",
+            "--runs",
+            "2",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("spmv_rows"));
+}
+
+#[test]
+fn histogram_scatter_is_its_keys() {
+    if !have("qemu-x86_64", "synth on a captured histogram") {
+        return;
+    }
+    let dir = temp_dir("synth-hist");
+    capture(
+        &dir,
+        "h.mgbt",
+        &[
+            &app("histogram"),
+            "--n=4000",
+            "--bins=8192",
+            "--iters=1",
+            "--truth=keys.txt",
+        ],
+    );
+    let o = mgbench(&["synth", "h.mgbt", "-o", "h.json"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let keys = read_indices(&dir.join("keys.txt"));
+    let min = *keys.iter().min().unwrap();
+    let ps = patterns(&dir.join("h.json"));
+    let s = ps
+        .iter()
+        .find(|p| p["kernel"] == "scatter")
+        .expect("scatter pattern");
+    let got: Vec<u64> = s["pattern"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(got, keys.iter().map(|k| k - min).collect::<Vec<_>>());
+    assert_eq!(s["source"]["function"], "accumulate");
+}
+
+#[test]
+fn stencil_yields_nothing_and_says_why() {
+    if !have("qemu-x86_64", "synth on a captured stencil") {
+        return;
+    }
+    let dir = temp_dir("synth-stencil");
+    capture(&dir, "st.mgbt", &[&app("stencil"), "--n=128", "--iters=2"]);
+    let o = mgbench(&["synth", "st.mgbt", "-o", "st.json", "--explain"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("no gather/scatter pattern survived"), "{e}");
+    assert!(e.contains("regular (-1/0/+1 only)"), "{e}");
+    assert!(!dir.join("st.json").exists());
+    // Stencil accesses in `sweep` are regular; nothing from it is kept.
+    assert!(
+        !e.lines()
+            .any(|l| l.contains("sweep") && l.ends_with("kept")),
+        "{e}"
+    );
+}
+
+fn gspin(records: &[(u16, u16, u64)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &(t, s, a) in records {
+        out.extend_from_slice(&t.to_le_bytes());
+        out.extend_from_slice(&s.to_le_bytes());
+        out.extend_from_slice(&a.to_le_bytes());
+    }
+    out
+}
+
+#[test]
+fn gs_patterns_records_give_the_patterns_its_filters_imply() {
+    // A hand-made gs_patterns stream: a random gather (kept), a unit-stride load (regular), a
+    // gather with only two distinct distances and short jumps (filter 5), and a rare random
+    // gather (filter 4). No symbols exist for these pcs, so --keep-unsymbolized.
+    let dir = temp_dir("synth-gspin");
+    let mut recs = Vec::new();
+    let mut s = 5u64;
+    for i in 0..4000u64 {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
+        recs.push((0xa, 4, 0x401000));
+        recs.push((0, 8, 0x1000_0000 + 8 * ((s >> 33) % 100_000)));
+        recs.push((0xa, 4, 0x401010));
+        recs.push((0, 8, 0x2000_0000 + 8 * i));
+        recs.push((0xa, 4, 0x401020));
+        recs.push((0, 8, 0x3000_0000 + 8 * (i % 2) * 3));
+        if i < 300 {
+            recs.push((0xa, 4, 0x401030));
+            recs.push((0, 8, 0x4000_0000 + 8 * ((s >> 20) % 100_000)));
+        }
+    }
+    std::fs::write(dir.join("t.raw"), gspin(&recs)).unwrap();
+    let o = mgbench(
+        &["import", "--from", "gspin", "t.raw", "-o", "t.mgbt"],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mgbench(
+        &[
+            "synth",
+            "t.mgbt",
+            "-o",
+            "t.json",
+            "--keep-unsymbolized",
+            "--explain",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    let ps = patterns(&dir.join("t.json"));
+    assert_eq!(ps.len(), 1, "{e}");
+    assert_eq!(ps[0]["source"]["ip"], "0x401000");
+    assert_eq!(ps[0]["instances"], 4000);
+    assert!(
+        e.lines()
+            .any(|l| l.starts_with("0x401020") && l.contains("unique distances")),
+        "{e}"
+    );
+    assert!(
+        e.lines()
+            .any(|l| l.starts_with("0x401030") && l.contains("300 instances < 1024")),
+        "{e}"
+    );
+    // Thresholds move the result as documented.
+    let o = mgbench(
+        &[
+            "synth",
+            "t.mgbt",
+            "-o",
+            "t2.json",
+            "--keep-unsymbolized",
+            "--min-instances",
+            "200",
+            "--min-unique-distances",
+            "1",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(patterns(&dir.join("t2.json")).len(), 3);
+}
+
+#[test]
+fn synth_bad_input() {
+    let dir = temp_dir("synth-bad");
+    std::fs::write(dir.join("x.mgbt"), "not a trace").unwrap();
+    let o = mgbench(&["synth", "x.mgbt"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("not an mgbench trace"),
+        "{}",
+        stderr(&o)
+    );
+    let o = mgbench(&["synth", "missing.mgbt"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cannot open trace missing.mgbt"));
+}
+
+#[test]
+fn profile_runs_capture_synth_and_replay() {
+    if !have("qemu-x86_64", "mgbench profile") {
+        return;
+    }
+    let dir = temp_dir("profile");
+    let o = mgbench(
+        &[
+            "profile",
+            "--full",
+            "-o",
+            "p.json",
+            "--runs",
+            "2",
+            "--",
+            &app("spmv"),
+            "--rows=2048",
+            "--nnz=8",
+            "--iters=2",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("Where the patterns come from"), "{out}");
+    assert!(
+        out.contains("spmv_rows (") && out.contains("spmv.c:"),
+        "{out}"
+    );
+    assert!(out.contains("MB/s") && out.contains("Copy:"), "{out}");
+    assert!(dir.join("p.json").exists());
+}
