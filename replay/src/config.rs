@@ -6,6 +6,11 @@
 //! (8), `delta-scatter` (8), `count` (1024), `wrap` (1), `pattern-size` (truncate), `boundary`
 //! (index modulo), `nruns` (10), `name`, `local-work-size`. Unknown keys are ignored.
 //!
+//! mgbench adds the kernel `apex` (Apex-MAP, see [`crate::apex`]): keys `L` (block length in
+//! words, required), `K` (locality exponent in (0, 1], required), `M` (memory size in words,
+//! default 2^24), `seed` (default 1) and `count` (blocks per run, default 2^23 / L); the key
+//! names are case-insensitive.
+//!
 //! Where Spatter silently mangles input (negative deltas, huge indices), we refuse it with an
 //! error that names the file and the config's index, before anything runs.
 
@@ -14,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::apex::{ApexParams, DEFAULT_M, DEFAULT_SEED, DEFAULT_WORDS_PER_RUN};
 use crate::pattern::{GeneratorDelta, Pattern, PatternError};
 
 pub const DEFAULT_DELTA: usize = 8;
@@ -31,15 +37,18 @@ pub enum KernelKind {
     GatherScatter,
     MultiGather,
     MultiScatter,
+    /// Apex-MAP blocks (mgbench's addition).
+    Apex,
 }
 
 impl KernelKind {
-    pub const ALL: [KernelKind; 5] = [
+    pub const ALL: [KernelKind; 6] = [
         KernelKind::Gather,
         KernelKind::Scatter,
         KernelKind::GatherScatter,
         KernelKind::MultiGather,
         KernelKind::MultiScatter,
+        KernelKind::Apex,
     ];
 
     /// Parses a kernel name, case-insensitively; `sg` is Spatter's other name for `gs`.
@@ -50,6 +59,7 @@ impl KernelKind {
             "gs" | "sg" => Some(KernelKind::GatherScatter),
             "multigather" => Some(KernelKind::MultiGather),
             "multiscatter" => Some(KernelKind::MultiScatter),
+            "apex" | "apex-map" => Some(KernelKind::Apex),
             _ => None,
         }
     }
@@ -61,6 +71,7 @@ impl KernelKind {
             KernelKind::GatherScatter => "gs",
             KernelKind::MultiGather => "multigather",
             KernelKind::MultiScatter => "multiscatter",
+            KernelKind::Apex => "apex",
         }
     }
 
@@ -105,7 +116,30 @@ pub enum Kernel {
         inner: Vec<usize>,
         delta: usize,
     },
+    /// `sum += sparse[starts[i] + j]` for j < L: Apex-MAP's block reads.
+    Apex(ApexKernel),
 }
+
+/// An Apex-MAP run: the parameters and the block starts (drawn when the config is parsed, so
+/// the timed loop only reads memory).
+#[derive(Debug, Clone)]
+pub struct ApexKernel {
+    pub params: ApexParams,
+    pub seed: u64,
+    pub starts: Vec<usize>,
+}
+
+impl PartialEq for ApexKernel {
+    fn eq(&self, o: &ApexKernel) -> bool {
+        self.params.m == o.params.m
+            && self.params.l == o.params.l
+            && self.params.k.to_bits() == o.params.k.to_bits()
+            && self.seed == o.seed
+            && self.starts == o.starts
+    }
+}
+
+impl Eq for ApexKernel {}
 
 impl Kernel {
     pub fn kind(&self) -> KernelKind {
@@ -115,6 +149,7 @@ impl Kernel {
             Kernel::GatherScatter { .. } => KernelKind::GatherScatter,
             Kernel::MultiGather { .. } => KernelKind::MultiGather,
             Kernel::MultiScatter { .. } => KernelKind::MultiScatter,
+            Kernel::Apex(_) => KernelKind::Apex,
         }
     }
 
@@ -125,10 +160,11 @@ impl Kernel {
             Kernel::Gather { pattern, .. } | Kernel::Scatter { pattern, .. } => pattern.len(),
             Kernel::GatherScatter { gather, .. } => gather.len(),
             Kernel::MultiGather { inner, .. } | Kernel::MultiScatter { inner, .. } => inner.len(),
+            Kernel::Apex(a) => a.params.l as usize,
         }
     }
 
-    /// The delta reported in results: the gather delta for gs.
+    /// The delta reported in results: the gather delta for gs (0 for apex).
     pub fn delta(&self) -> usize {
         match self {
             Kernel::Gather { delta, .. }
@@ -136,6 +172,7 @@ impl Kernel {
             | Kernel::MultiGather { delta, .. }
             | Kernel::MultiScatter { delta, .. } => *delta,
             Kernel::GatherScatter { delta_gather, .. } => *delta_gather,
+            Kernel::Apex(_) => 0,
         }
     }
 
@@ -150,7 +187,8 @@ impl Kernel {
     }
 
     /// The effective index pattern applied to the sparse buffer (for multi-kernels,
-    /// `outer[inner[j]]`), with its delta; for gs, the gather side.
+    /// `outer[inner[j]]`), with its delta; for gs, the gather side; for apex, one block
+    /// (0..L) with delta 0 (its starts are random).
     pub fn effective_pattern(&self) -> (Vec<usize>, usize) {
         match self {
             Kernel::Gather { pattern, delta } | Kernel::Scatter { pattern, delta } => {
@@ -171,6 +209,7 @@ impl Kernel {
                 inner,
                 delta,
             } => (inner.iter().map(|&k| outer[k]).collect(), *delta),
+            Kernel::Apex(a) => ((0..a.params.l as usize).collect(), 0),
         }
     }
 }
@@ -387,6 +426,9 @@ struct ConfigFields {
     boundary: Option<usize>,
     nruns: Option<usize>,
     local_work_size: Option<usize>,
+    /// The apex kernel's keys, kept raw: other kernels ignore them, as Spatter ignores
+    /// unknown keys, so they are only validated for apex.
+    apex: Map<String, Value>,
 }
 
 impl ConfigFields {
@@ -419,8 +461,48 @@ impl ConfigFields {
             boundary: read_uint(obj, "boundary")?,
             nruns: read_uint(obj, "nruns")?,
             local_work_size: read_uint(obj, "local-work-size")?,
+            apex: obj
+                .iter()
+                .filter(|(k, _)| matches!(k.as_str(), "L" | "l" | "K" | "k" | "M" | "m" | "seed"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         })
     }
+}
+
+/// The value of `key` in either case (`L` or `l`); both present is an error.
+fn get_ci<'a>(obj: &'a Map<String, Value>, key: &str) -> Result<Option<&'a Value>, String> {
+    let (upper, lower) = (key.to_ascii_uppercase(), key.to_ascii_lowercase());
+    match (obj.get(&upper), obj.get(&lower)) {
+        (Some(_), Some(_)) => Err(format!(
+            "both \"{upper}\" and \"{lower}\" are given: keep one"
+        )),
+        (a, b) => Ok(a.or(b)),
+    }
+}
+
+fn read_uint_ci(obj: &Map<String, Value>, key: &str) -> Result<Option<usize>, String> {
+    get_ci(obj, key)?
+        .map(|v| json_uint(v).map_err(|why| format!("\"{key}\": {why}")))
+        .transpose()
+}
+
+fn read_float_ci(obj: &Map<String, Value>, key: &str) -> Result<Option<f64>, String> {
+    get_ci(obj, key)?
+        .map(|v| match v {
+            Value::Number(n) => n
+                .as_f64()
+                .ok_or_else(|| format!("\"{key}\": {n} is not a number")),
+            Value::String(s) => s
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| format!("\"{key}\": {s:?} is not a number")),
+            other => Err(format!(
+                "\"{key}\": expected a number, found {}",
+                json_type(other)
+            )),
+        })
+        .transpose()
 }
 
 /// Reads a non-negative integer key. Integral floats (`1e6`) are accepted; negative values,
@@ -511,6 +593,7 @@ fn required_keys(kind: KernelKind) -> &'static str {
         KernelKind::GatherScatter => "\"pattern-gather\" and \"pattern-scatter\"",
         KernelKind::MultiGather => "\"pattern\" (outer) and \"pattern-gather\" (inner)",
         KernelKind::MultiScatter => "\"pattern\" (outer) and \"pattern-scatter\" (inner)",
+        KernelKind::Apex => "\"L\" and \"K\"",
     }
 }
 
@@ -590,7 +673,7 @@ fn build(
         None => KernelKind::Gather,
         Some(k) => KernelKind::parse(k).ok_or_else(|| {
             format!(
-                "unknown kernel {k:?}: expected gather, scatter, gs, multigather or multiscatter"
+                "unknown kernel {k:?}: expected gather, scatter, gs, multigather, multiscatter or apex"
             )
         })?,
     };
@@ -605,6 +688,10 @@ fn build(
         })
     };
     let (ps, b) = (f.pattern_size, f.boundary);
+    let shared = f.shared();
+    if kind == KernelKind::Apex {
+        return build_apex(f, defaults, origin, name);
+    }
     let kernel = match kind {
         KernelKind::Gather | KernelKind::Scatter => {
             let p = prepare("pattern", need(f.pattern, "pattern")?, ps, b, &mut notes)?;
@@ -716,8 +803,49 @@ fn build(
                 }
             }
         }
+        KernelKind::Apex => unreachable!("apex configs are built by build_apex"),
     };
     let count = f.count.unwrap_or(defaults.count);
+    let (wrap, nruns, name) = common(shared, count, kind, defaults, &origin, name)?;
+    Ok(RunConfig {
+        name,
+        kernel,
+        count,
+        wrap,
+        nruns,
+        local_work_size: f.local_work_size,
+        origin,
+        delta_source,
+        notes,
+    })
+}
+
+/// The keys every kernel shares.
+struct Shared {
+    wrap: Option<usize>,
+    nruns: Option<usize>,
+    name: Option<String>,
+}
+
+impl ConfigFields {
+    fn shared(&self) -> Shared {
+        Shared {
+            wrap: self.wrap,
+            nruns: self.nruns,
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// Checks the keys every kernel shares; returns (wrap, nruns, name).
+fn common(
+    f: Shared,
+    count: usize,
+    kind: KernelKind,
+    defaults: &Defaults,
+    origin: &Origin,
+    name: Option<String>,
+) -> Result<(usize, usize, String), String> {
     if count == 0 {
         return Err("\"count\" is 0: the kernel would move nothing; use count >= 1".to_string());
     }
@@ -735,15 +863,80 @@ fn build(
     } else {
         name
     };
+    Ok((wrap, nruns, name))
+}
+
+/// Largest Apex-MAP block count drawn per config (the starts live in memory: 8 bytes each).
+const MAX_APEX_COUNT: usize = 1 << 26;
+
+fn build_apex(
+    f: ConfigFields,
+    defaults: &Defaults,
+    origin: Origin,
+    name: Option<String>,
+) -> Result<RunConfig, String> {
+    let mut notes = Vec::new();
+    let l = read_uint_ci(&f.apex, "L")?
+        .ok_or("kernel apex needs \"L\" (block length in words) and \"K\"; \"L\" is missing")?;
+    let k = read_float_ci(&f.apex, "K")?.ok_or(
+        "kernel apex needs \"L\" and \"K\" (locality exponent in (0, 1]); \"K\" is missing",
+    )?;
+    let m = read_uint_ci(&f.apex, "M")?.unwrap_or(DEFAULT_M as usize);
+    let seed = read_uint(&f.apex, "seed")?.unwrap_or(DEFAULT_SEED as usize) as u64;
+    if l == 0 {
+        return Err("\"L\" is 0: the block length must be at least 1 word".to_string());
+    }
+    if !(k > 0.0 && k <= 1.0) {
+        return Err(format!(
+            "\"K\" is {k}: the locality exponent must be in (0, 1] (1 = uniform random block starts, \
+             smaller = more reuse)"
+        ));
+    }
+    if m < l {
+        return Err(format!(
+            "\"M\" ({m} words) is smaller than \"L\" ({l}): the memory must hold at least one block"
+        ));
+    }
+    for key in ["pattern", "pattern-gather", "pattern-scatter"] {
+        let given = match key {
+            "pattern" => f.pattern.is_some(),
+            "pattern-gather" => f.pattern_gather.is_some(),
+            _ => f.pattern_scatter.is_some(),
+        };
+        if given {
+            notes.push(format!("\"{key}\" is ignored by the apex kernel"));
+        }
+    }
+    if f.delta.is_some() {
+        notes.push("\"delta\" is ignored by the apex kernel (block starts are random)".to_string());
+    }
+    let count = f
+        .count
+        .unwrap_or_else(|| (DEFAULT_WORDS_PER_RUN as usize).div_ceil(l).max(1));
+    if count > MAX_APEX_COUNT {
+        return Err(format!(
+            "\"count\" {count} is more than {MAX_APEX_COUNT} blocks per run: lower it (the block starts are kept in memory)"
+        ));
+    }
+    let (wrap, nruns, name) = common(f.shared(), count, KernelKind::Apex, defaults, &origin, name)?;
+    let params = ApexParams {
+        m: m as u64,
+        l: l as u64,
+        k,
+    };
     Ok(RunConfig {
         name,
-        kernel,
+        kernel: Kernel::Apex(ApexKernel {
+            params,
+            seed,
+            starts: params.block_starts(count, seed),
+        }),
         count,
         wrap,
         nruns,
         local_work_size: f.local_work_size,
         origin,
-        delta_source,
+        delta_source: "apex".to_string(),
         notes,
     })
 }

@@ -9,6 +9,7 @@
 //! gs            sparse_s[ps[j] + dS*i]        = sparse_g[pg[j] + dG*i]
 //! multigather   dense[j + len*(i%wrap)]       = sparse[outer[inner[j]] + delta*i]
 //! multiscatter  sparse[outer[inner[j]] + delta*i] = dense[j + len*(i%wrap)]
+//! apex          sum += sparse[starts[i] + j]  for j < L      (reads only)
 //! ```
 //!
 //! Gathers read a shared sparse buffer and write a dense buffer per thread. Scatters write a
@@ -179,6 +180,15 @@ pub fn execute(pool: &Pool, config: &RunConfig, buffers: &mut Buffers, mode: Wri
             pool.broadcast(|tid| {
                 let iters = static_range(count, threads, tid);
                 gather_scatter(src, dst, pg, ps, *delta_gather, *delta_scatter, iters, mode);
+            });
+        }
+        Kernel::Apex(a) => {
+            let sparse = &buffers.sparse;
+            let l = a.params.l as usize;
+            pool.broadcast(|tid| {
+                let starts = &a.starts[static_range(a.starts.len(), threads, tid)];
+                // The sum is the kernel's only output: keep it alive so the reads stay.
+                std::hint::black_box(crate::apex::sum_blocks(sparse, starts, l));
             });
         }
     }
@@ -517,6 +527,8 @@ pub fn reference(
                 }
             }
         }
+        // Reads only: the buffers are unchanged.
+        Kernel::Apex(_) => {}
     }
     (sparse, sparse_s, dense)
 }

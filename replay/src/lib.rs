@@ -22,6 +22,7 @@
 //! assert!(!records.is_empty());
 //! ```
 
+pub mod apex;
 pub mod buffer;
 pub mod config;
 pub mod export;
@@ -74,6 +75,11 @@ pub struct InlineSpec {
     pub wrap: Option<usize>,
     pub pattern_size: Option<usize>,
     pub boundary: Option<usize>,
+    /// apex kernel: block length L, locality exponent K, memory size M (words), seed.
+    pub apex_l: Option<usize>,
+    pub apex_k: Option<f64>,
+    pub apex_m: Option<usize>,
+    pub seed: Option<usize>,
 }
 
 impl InlineSpec {
@@ -98,10 +104,16 @@ impl InlineSpec {
             ("wrap", self.wrap),
             ("pattern-size", self.pattern_size),
             ("boundary", self.boundary),
+            ("L", self.apex_l),
+            ("M", self.apex_m),
+            ("seed", self.seed),
         ] {
             if let Some(v) = v {
                 m.insert(k.to_string(), serde_json::Value::from(v as u64));
             }
+        }
+        if let Some(k) = self.apex_k {
+            m.insert("K".to_string(), serde_json::Value::from(k));
         }
         serde_json::Value::Object(m)
     }
@@ -401,6 +413,7 @@ pub fn run_one(
     });
     let bytes = c.bytes();
     let bandwidth = bandwidth_mbs(bytes, summary.min);
+    let accesses = bytes / 8;
     let stream_copy = stream.map(|s| s.copy_mbs);
     let mut notes = c.notes.clone();
     if p.racy {
@@ -441,6 +454,18 @@ pub fn run_one(
         median_time_s: summary.median,
         run_times_s: times,
         bandwidth_mbs: bandwidth,
+        accesses,
+        accesses_per_s: accesses as f64 / summary.min,
+        ns_per_access: summary.min * 1e9 / accesses as f64,
+        apex: match &c.kernel {
+            config::Kernel::Apex(a) => Some(record::ApexRun {
+                l: a.params.l,
+                k: a.params.k,
+                m: a.params.m,
+                seed: a.seed,
+            }),
+            _ => None,
+        },
         stream_copy_mbs: stream_copy,
         pct_of_stream: stream_copy.map(|s| 100.0 * bandwidth / s),
         racy: p.racy,

@@ -56,6 +56,24 @@ fn sparse_len(
 pub fn footprint(config: &RunConfig) -> Result<Footprint, PlanError> {
     let count = config.count.max(1);
     let k = &config.kernel;
+    if let Kernel::Apex(a) = k {
+        // M words to read, the block starts; no dense buffer (the kernel only sums).
+        let m = usize::try_from(a.params.m)
+            .ok()
+            .filter(|&m| m as u128 <= (isize::MAX as u128) / 8)
+            .ok_or_else(|| {
+                PlanError(format!(
+                    "\"M\" = {} words is beyond this machine's address space; lower \"M\"",
+                    a.params.m
+                ))
+            })?;
+        return Ok(Footprint {
+            sparse_elems: m,
+            sparse_scatter_elems: 0,
+            dense_elems_per_thread: 0,
+            index_elems: a.starts.len(),
+        });
+    }
     let (max, delta, sparse, sparse_s) = match k {
         Kernel::GatherScatter {
             gather,
@@ -85,6 +103,7 @@ pub fn footprint(config: &RunConfig) -> Result<Footprint, PlanError> {
         Kernel::MultiGather { outer, inner, .. } | Kernel::MultiScatter { outer, inner, .. } => {
             outer.len() + inner.len()
         }
+        Kernel::Apex(a) => a.starts.len(),
     };
     let limit = (isize::MAX as u128) / 8;
     let too_big = |what: &str, elems: u128| {
@@ -127,6 +146,16 @@ pub fn check_memory(
     };
     let need = footprint.bytes(threads);
     if need > available as u128 {
+        if let Kernel::Apex(a) = &config.kernel {
+            return Err(PlanError(format!(
+                "needs {} (M = {} words and {} block starts) but only {} is available; lower \"M\" \
+                 or \"count\"",
+                human_bytes(need),
+                a.params.m,
+                a.starts.len(),
+                human_bytes(available as u128),
+            )));
+        }
         let (max, delta) = {
             let (p, d) = config.kernel.effective_pattern();
             (p.into_iter().max().unwrap_or(0), d)

@@ -86,6 +86,18 @@ pub struct ReplayRecord {
     pub run_times_s: Vec<f64>,
     /// bytes / min_time_s / 1e6.
     pub bandwidth_mbs: f64,
+    /// Element accesses per run: the elements counted in `bytes` (8 bytes each).
+    #[serde(default)]
+    pub accesses: u64,
+    /// accesses / min_time_s, all threads together.
+    #[serde(default)]
+    pub accesses_per_s: f64,
+    /// min_time_s / accesses in nanoseconds, all threads together (Apex-MAP's figure).
+    #[serde(default)]
+    pub ns_per_access: f64,
+    /// apex kernel only: its parameters.
+    #[serde(default)]
+    pub apex: Option<ApexRun>,
     pub stream_copy_mbs: Option<f64>,
     /// bandwidth_mbs as a percentage of STREAM Copy, same threads, same invocation.
     pub pct_of_stream: Option<f64>,
@@ -102,6 +114,18 @@ pub struct ReplayRecord {
     pub mgbench_version: String,
     /// When the record was made (UTC, RFC 3339).
     pub time: String,
+}
+
+/// The Apex-MAP parameters of an apex record.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ApexRun {
+    /// Block length in words.
+    pub l: u64,
+    /// Locality exponent.
+    pub k: f64,
+    /// Memory size in words.
+    pub m: u64,
+    pub seed: u64,
 }
 
 /// One STREAM kernel's result.

@@ -1,6 +1,7 @@
 //! Argument definitions (clap) and their translation into library configs; one module per
 //! stage. Each command returns the process exit status.
 
+mod analyze;
 mod capture;
 mod replay;
 mod synth;
@@ -31,6 +32,9 @@ enum Command {
     Import(capture::ImportArgs),
     /// Mine a trace for gather/scatter patterns and write them as Spatter JSON.
     Synth(Box<synth::SynthArgs>),
+    /// Locality of a trace: spatial/temporal scores, reuse distances, footprint, and the
+    /// Apex-MAP (L, K) that stands in for it.
+    Analyze(Box<analyze::AnalyzeArgs>),
     /// Capture + synth + replay in one go: where a program's irregular accesses are and what
     /// bandwidth they get on this machine.
     Profile(Box<synth::ProfileArgs>),
@@ -47,6 +51,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Trace(cmd) => capture::trace(cmd),
         Command::Import(args) => capture::import(args),
         Command::Synth(args) => synth::synth(*args),
+        Command::Analyze(args) => analyze::analyze(*args),
         Command::Profile(args) => synth::profile(*args),
         Command::Replay(args) => replay::replay(*args).map(|()| 0),
         Command::Stream(args) => replay::stream(args).map(|()| 0),

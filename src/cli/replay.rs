@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use mgbench_replay::config::KernelKind;
 use mgbench_replay::export::TableExporter;
 use mgbench_replay::pool::Placement;
 use mgbench_replay::{
@@ -86,7 +87,7 @@ pub struct ReplayArgs {
         help_heading = "Inline pattern"
     )]
     pattern: Option<String>,
-    /// Kernel: gather, scatter, gs, multigather, multiscatter.
+    /// Kernel: gather, scatter, gs, multigather, multiscatter, apex (with --apex-l, --apex-k).
     #[arg(short = 'k', long, help_heading = "Inline pattern")]
     kernel: Option<String>,
     /// Elements between the starts of consecutive iterations (default 8).
@@ -129,6 +130,18 @@ pub struct ReplayArgs {
     /// Name of the inline pattern in the results.
     #[arg(short = 'n', long, help_heading = "Inline pattern")]
     name: Option<String>,
+    /// apex kernel: block length L in words.
+    #[arg(long, value_name = "L", help_heading = "Inline pattern", value_parser = non_negative)]
+    apex_l: Option<usize>,
+    /// apex kernel: locality exponent K in (0, 1].
+    #[arg(long, value_name = "K", help_heading = "Inline pattern")]
+    apex_k: Option<f64>,
+    /// apex kernel: memory size M in words (default 2^24).
+    #[arg(long, value_name = "M", help_heading = "Inline pattern", value_parser = non_negative)]
+    apex_m: Option<usize>,
+    /// apex kernel: seed of the block starts (default 1).
+    #[arg(long, help_heading = "Inline pattern", value_parser = non_negative)]
+    seed: Option<usize>,
 }
 
 #[derive(Debug, Args)]
@@ -191,11 +204,25 @@ impl ReplayArgs {
             wrap: self.wrap,
             pattern_size: self.pattern_size,
             boundary: self.boundary,
+            apex_l: self.apex_l,
+            apex_k: self.apex_k,
+            apex_m: self.apex_m,
+            seed: self.seed,
         };
         if spec == InlineSpec::default() {
             return Ok(None);
         }
-        if spec.pattern.is_none() && spec.pattern_gather.is_none() && spec.pattern_scatter.is_none()
+        let apex = spec
+            .kernel
+            .as_deref()
+            .is_some_and(|k| KernelKind::parse(k) == Some(KernelKind::Apex));
+        if !apex && (spec.apex_l.is_some() || spec.apex_k.is_some() || spec.apex_m.is_some()) {
+            bail!("--apex-l, --apex-k and --apex-m belong to the apex kernel: add --kernel apex");
+        }
+        if !apex
+            && spec.pattern.is_none()
+            && spec.pattern_gather.is_none()
+            && spec.pattern_scatter.is_none()
         {
             bail!(
                 "inline options (--kernel, --delta, --count, ...) need a pattern: add --pattern SPEC \

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
-use mgbench_synth::{synthesize, to_spatter_json, SynthConfig, SynthReport, Verdict};
+use mgbench_synth::analyze::{analyze, AnalyzeConfig};
+use mgbench_synth::{apex_entry, pattern_file, synthesize, SynthConfig, SynthReport, Verdict};
 
 use super::replay::non_negative;
 
@@ -22,6 +23,9 @@ pub struct SynthArgs {
     /// Print every candidate and the filter that kept or dropped it.
     #[arg(long)]
     explain: bool,
+    /// Also fit an Apex-MAP proxy (mgbench analyze) and add it as an "apex" entry.
+    #[arg(long)]
+    apex: bool,
 }
 
 /// Thresholds (GS Patterns' Table 1), shared by `synth` and `profile`.
@@ -82,14 +86,17 @@ impl SynthOptions {
     }
 }
 
-fn default_output(report: &SynthReport) -> PathBuf {
-    let stem = report
+fn program_stem(report: &SynthReport) -> String {
+    report
         .program
         .as_deref()
         .and_then(|p| Path::new(p).file_name())
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "trace".into());
-    PathBuf::from("patterns").join(format!("{stem}.json"))
+        .unwrap_or_else(|| "trace".into())
+}
+
+fn default_output(report: &SynthReport) -> PathBuf {
+    PathBuf::from("patterns").join(format!("{}.json", program_stem(report)))
 }
 
 fn explain(report: &SynthReport, out: &mut impl Write) -> std::io::Result<()> {
@@ -144,15 +151,45 @@ fn mine(
     opts: &SynthOptions,
     output: Option<PathBuf>,
     show: bool,
+    with_apex: bool,
 ) -> Result<(SynthReport, Option<PathBuf>)> {
-    let report = synthesize(trace, &opts.config())?;
+    let cfg = opts.config();
+    let report = synthesize(trace, &cfg)?;
+    let apex = if with_apex {
+        let locality = analyze(
+            trace,
+            &AnalyzeConfig {
+                thread: cfg.thread,
+                allow_damaged: cfg.allow_damaged,
+                threads: cfg.threads.max(1),
+                ..AnalyzeConfig::default()
+            },
+        )?;
+        let fit = locality.program_locality.apex.ok_or_else(|| {
+            anyhow::anyhow!(
+                "internal: the Apex-MAP fit of {} gave no result",
+                trace.display()
+            )
+        })?;
+        eprintln!(
+            "mgbench: Apex-MAP proxy: L = {}, K = {} (spatial {:.3}, temporal {:.3}; residual {:.3})",
+            fit.l,
+            fit.k,
+            locality.program_locality.spatial_score,
+            locality.program_locality.temporal_score,
+            fit.residual
+        );
+        Some(apex_entry(&program_stem(&report), &locality, &fit))
+    } else {
+        None
+    };
     if show {
         explain(&report, &mut std::io::stderr().lock())?;
     }
     for n in &report.notes {
         eprintln!("mgbench: note: {n}");
     }
-    if report.patterns.is_empty() {
+    if report.patterns.is_empty() && apex.is_none() {
         eprintln!(
             "mgbench: no gather/scatter pattern survived the filters in {} ({}); nothing written. \
              Run with --explain to see every candidate, or relax the thresholds.",
@@ -165,11 +202,22 @@ fn mine(
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    let json = to_spatter_json(&report.patterns)?;
+    if report.patterns.is_empty() {
+        eprintln!(
+            "mgbench: no gather/scatter pattern survived the filters ({}); writing the Apex-MAP entry alone",
+            report.filter_summary()
+        );
+    }
+    let json = pattern_file(&report.patterns, apex.as_ref())?;
     std::fs::write(&out, json).with_context(|| format!("cannot write {}", out.display()))?;
     eprintln!(
-        "mgbench: {} pattern(s) from {} accesses -> {}",
+        "mgbench: {} pattern(s){} from {} accesses -> {}",
         report.patterns.len(),
+        if apex.is_some() {
+            " and an Apex-MAP entry"
+        } else {
+            ""
+        },
         report.accesses,
         out.display()
     );
@@ -188,7 +236,13 @@ fn mine(
 }
 
 pub fn synth(args: SynthArgs) -> Result<i32> {
-    mine(&args.trace, &args.opts, args.output, args.explain)?;
+    mine(
+        &args.trace,
+        &args.opts,
+        args.output,
+        args.explain,
+        args.apex,
+    )?;
     Ok(0)
 }
 
@@ -212,6 +266,9 @@ pub struct ProfileArgs {
     output: Option<PathBuf>,
     #[command(flatten)]
     opts: SynthOptions,
+    /// Also fit an Apex-MAP proxy and replay it next to the patterns.
+    #[arg(long)]
+    apex: bool,
     /// Replay threads (default: one per CPU).
     #[arg(short = 't', long, value_parser = non_negative)]
     threads: Option<usize>,
@@ -263,7 +320,7 @@ pub fn profile(args: ProfileArgs) -> Result<i32> {
         eprintln!("mgbench: the program exited with status {status}; mining what was recorded");
     }
     eprintln!("mgbench: [2/3] synth");
-    let (report, file) = mine(&trace, &args.opts, args.output, false)?;
+    let (report, file) = mine(&trace, &args.opts, args.output, false, args.apex)?;
     let Some(file) = file else {
         bail!("nothing to replay: {} has no irregular gather/scatter pattern that passes the filters ({})", args.command[0].to_string_lossy(), report.filter_summary());
     };

@@ -17,8 +17,11 @@
 //! }
 //! ```
 
+pub mod analyze;
+pub mod apex;
 pub mod config;
 mod fasthash;
+pub mod locality;
 pub mod record;
 pub mod window;
 
@@ -171,7 +174,7 @@ impl SynthReport {
     }
 }
 
-fn open(path: &Path) -> Result<TraceReader<BufReader<File>>, SynthError> {
+pub(crate) fn open(path: &Path) -> Result<TraceReader<BufReader<File>>, SynthError> {
     let p = path.display().to_string();
     let f = File::open(path).map_err(|cause| SynthError::Open {
         path: p.clone(),
@@ -448,9 +451,46 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
 
 /// The Spatter JSON text of the patterns (an array, one object per line).
 pub fn to_spatter_json(patterns: &[SynthPattern]) -> Result<String, serde_json::Error> {
-    let lines: Vec<String> = patterns
+    pattern_file(patterns, None)
+}
+
+/// The pattern file: the mined patterns, then the Apex-MAP proxy entry when there is one.
+pub fn pattern_file(
+    patterns: &[SynthPattern],
+    apex: Option<&serde_json::Value>,
+) -> Result<String, serde_json::Error> {
+    let mut lines: Vec<String> = patterns
         .iter()
         .map(serde_json::to_string)
         .collect::<Result<_, _>>()?;
+    if let Some(a) = apex {
+        lines.push(serde_json::to_string(a)?);
+    }
     Ok(format!("[\n  {}\n]\n", lines.join(",\n  ")))
+}
+
+/// The `apex` config that stands in for a program: kernel "apex" with the fitted `L`, `K`, `M`
+/// (replay runs it as is), and under `"locality"` the scores it was fitted to and the residual.
+pub fn apex_entry(
+    stem: &str,
+    report: &analyze::LocalityReport,
+    fit: &apex::ApexFit,
+) -> serde_json::Value {
+    let l = &report.program_locality;
+    serde_json::json!({
+        "name": format!("{stem}-apex"),
+        "kernel": "apex",
+        "L": fit.l,
+        "K": fit.k,
+        "M": fit.m,
+        "locality": {
+            "trace": report.trace,
+            "spatial_score": l.spatial_score,
+            "temporal_score": l.temporal_score,
+            "fit_spatial_score": fit.spatial,
+            "fit_temporal_score": fit.temporal,
+            "residual": fit.residual,
+            "method": fit.method,
+        }
+    })
 }

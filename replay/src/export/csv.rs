@@ -30,6 +30,9 @@ pub const REPLAY_COLUMNS: &[&str] = &[
     "min_time_s",
     "median_time_s",
     "bandwidth_mbs",
+    "accesses",
+    "accesses_per_s",
+    "ns_per_access",
     "stream_copy_mbs",
     "pct_of_stream",
     "racy",
@@ -38,6 +41,10 @@ pub const REPLAY_COLUMNS: &[&str] = &[
     "timer",
     "run_times_s",
     "notes",
+    "apex_l",
+    "apex_k",
+    "apex_m",
+    "apex_seed",
     "host_hostname",
     "host_cpu_model",
     "host_cores",
@@ -119,6 +126,9 @@ impl Exporter for CsvExporter {
                 r.min_time_s.to_string(),
                 r.median_time_s.to_string(),
                 r.bandwidth_mbs.to_string(),
+                r.accesses.to_string(),
+                r.accesses_per_s.to_string(),
+                r.ns_per_access.to_string(),
                 opt(&r.stream_copy_mbs),
                 opt(&r.pct_of_stream),
                 r.racy.to_string(),
@@ -131,6 +141,10 @@ impl Exporter for CsvExporter {
                     .collect::<Vec<_>>()
                     .join(";"),
                 r.notes.join("; "),
+                opt(&r.apex.map(|a| a.l)),
+                opt(&r.apex.map(|a| a.k)),
+                opt(&r.apex.map(|a| a.m)),
+                opt(&r.apex.map(|a| a.seed)),
             ];
             row.extend(host_cells(&r.host));
             row.push(r.mgbench_version.clone());

@@ -40,6 +40,12 @@ impl TableExporter {
         if r.atomic {
             flags.push("atomic".to_string());
         }
+        if let Some(a) = &r.apex {
+            flags.push(format!(
+                "L={} K={} M={}: {:.2} ns/access",
+                a.l, a.k, a.m, r.ns_per_access
+            ));
+        }
         let delta = match r.delta_scatter {
             Some(ds) => format!("{}/{}", r.delta, ds),
             None => r.delta.to_string(),

@@ -1,6 +1,7 @@
 //! Integration tests of mgbench-replay, one module per topic.
 
 mod accounting;
+mod apex;
 mod bad_input;
 mod common;
 mod kernels;

@@ -1,0 +1,225 @@
+//! `mgbench analyze`: locality scores, reuse curves, footprints and the Apex-MAP proxy of a
+//! trace.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use mgbench_synth::analyze::{analyze as run_analysis, AnalyzeConfig, Locality, LocalityReport};
+use mgbench_synth::apex;
+use mgbench_synth::locality::ReuseMethod;
+
+use super::replay::non_negative;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GroupBy {
+    /// One row per function (symbolized from the trace's mappings).
+    Function,
+}
+
+#[derive(Debug, Args)]
+pub struct AnalyzeArgs {
+    /// The trace to analyse (from `mgbench capture` or `mgbench import`).
+    trace: PathBuf,
+    /// Output format (both go to stdout).
+    #[arg(short = 'f', long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Also break the analysis down per function (top 32 by references, then "(other)").
+    #[arg(long, value_enum)]
+    by: Option<GroupBy>,
+    /// Estimate reuse distances by SHARDS at this sampling rate (0 < RATE <= 1) instead of
+    /// exactly: less memory and time on very long traces, with an error the output states.
+    #[arg(long, value_name = "RATE", value_parser = rate)]
+    shards: Option<f64>,
+    /// Only this thread's accesses (thread ids as in `trace info`).
+    #[arg(long, value_parser = non_negative)]
+    thread: Option<usize>,
+    /// Analyse the readable part of a damaged trace instead of refusing it.
+    #[arg(long)]
+    allow_damaged: bool,
+    /// Skip the Apex-MAP fit (it scores 110 synthetic streams: about a second).
+    #[arg(long)]
+    no_apex: bool,
+    /// Apex-MAP memory size M in 8-byte words for the fit (default 2^24 = 128 MiB).
+    #[arg(long, value_name = "WORDS", default_value_t = apex::DEFAULT_M, value_parser = apex_m)]
+    apex_m: u64,
+    /// Threads decoding the trace and scoring the Apex-MAP grid (default: one per CPU).
+    #[arg(long = "decode-threads", value_parser = non_negative)]
+    decode_threads: Option<usize>,
+}
+
+fn rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 1.0 => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a sampling rate: give a number in (0, 1], e.g. 0.01 to track 1% of addresses"
+        )),
+    }
+}
+
+fn apex_m(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(m) if (1024..=1 << 34).contains(&m) => Ok(m),
+        _ => Err(format!(
+            "{s:?} is not a memory size in words: give an integer from 1024 to 2^34 (17179869184)"
+        )),
+    }
+}
+
+impl AnalyzeArgs {
+    fn config(&self) -> AnalyzeConfig {
+        AnalyzeConfig {
+            method: match self.shards {
+                Some(rate) => ReuseMethod::Shards { rate },
+                None => ReuseMethod::Exact,
+            },
+            by_function: self.by.is_some(),
+            thread: self.thread.map(|t| t as u32),
+            allow_damaged: self.allow_damaged,
+            threads: self
+                .decode_threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1),
+            apex: !self.no_apex,
+            apex_m: self.apex_m,
+        }
+    }
+}
+
+pub fn analyze(args: AnalyzeArgs) -> Result<i32> {
+    let report = run_analysis(&args.trace, &args.config())?;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut out, &report)?;
+            writeln!(out)?;
+        }
+        Format::Table => table(&report, &mut out)?,
+    }
+    Ok(0)
+}
+
+fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
+    let f = &l.footprint;
+    let apex = match &l.apex {
+        Some(a) => format!("{:>5} {:>7} {:>8.3}", a.l, a.k, a.residual),
+        None => format!("{:>5} {:>7} {:>8}", "-", "-", "-"),
+    };
+    writeln!(
+        out,
+        "{:<28} {:>12} {:>7.3} {:>8.3} {:>9.1} {:>6.3} {:>6.1} {:>6.1}  {apex}",
+        truncate(name, 28),
+        l.references,
+        l.spatial_score,
+        l.temporal_score,
+        f.mean_blocks,
+        f.growth,
+        f.strided_pct,
+        f.irregular_pct,
+    )
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('~');
+        t
+    }
+}
+
+fn table(r: &LocalityReport, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{}: {} trace of {}, {} accesses, sample ratio {:.1}, reuse distances {}",
+        r.trace,
+        r.mode,
+        r.program.as_deref().unwrap_or("?"),
+        r.accesses,
+        r.sample_ratio,
+        match r.reuse_method {
+            ReuseMethod::Exact => "exact".to_string(),
+            ReuseMethod::Shards { rate } => format!("SHARDS at rate {rate}"),
+        }
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<28} {:>12} {:>7} {:>8} {:>9} {:>6} {:>6} {:>6}  {:>5} {:>7} {:>8}",
+        "",
+        "references",
+        "spatial",
+        "temporal",
+        "F/window",
+        "dF",
+        "F_str%",
+        "F_irr%",
+        "L",
+        "K",
+        "residual"
+    )?;
+    row("(program)", &r.program_locality, out)?;
+    for f in &r.functions {
+        row(&f.function, &f.locality, out)?;
+    }
+    let l = &r.program_locality;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "reuse distance CDF of the program (fraction of references reused below d):"
+    )?;
+    writeln!(out, "{:>8} {:>8} {:>8}", "d", "words", "lines")?;
+    for (i, p) in l.reuse_histogram.below.iter().enumerate() {
+        let lines = l
+            .reuse_histogram_lines
+            .as_ref()
+            .and_then(|c| c.below.get(i))
+            .map_or("-".to_string(), |q| format!("{:.4}", q.fraction));
+        writeln!(out, "{:>8} {:>8.4} {:>8}", p.distance, p.fraction, lines)?;
+    }
+    let lines_tail = |f: fn(&mgbench_synth::locality::ReuseCurve) -> f64| {
+        l.reuse_histogram_lines
+            .as_ref()
+            .map_or("-".to_string(), |c| format!("{:.4}", f(c)))
+    };
+    writeln!(
+        out,
+        "{:>8} {:>8.4} {:>8}",
+        ">=N",
+        l.reuse_histogram.beyond,
+        lines_tail(|c| c.beyond)
+    )?;
+    writeln!(
+        out,
+        "{:>8} {:>8.4} {:>8}",
+        "cold",
+        l.reuse_histogram.cold,
+        lines_tail(|c| c.cold)
+    )?;
+    let f = &l.footprint;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "footprint: {} windows, {:.1} blocks (64 B) per window, growth {:.3} blocks/access; {} distinct blocks observed, about {:.3e} bytes over the execution (scaled by the sample ratio)",
+        f.windows, f.mean_blocks, f.growth, f.observed_blocks, f.estimated_bytes
+    )?;
+    if let Some(a) = &l.apex {
+        writeln!(
+            out,
+            "Apex-MAP proxy: L = {} words, K = {}, M = {} words ({}); its stream scores spatial {:.3}, temporal {:.3}: residual {:.3}. Run it: mgbench replay --kernel apex --apex-l {} --apex-k {}",
+            a.l, a.k, a.m, a.method, a.spatial, a.temporal, a.residual, a.l, a.k
+        )?;
+    }
+    for n in &r.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! `analyze` on generated traces: scores of known streams, sampled traces, the Apex-MAP fit of
+//! a trace, and bad input.
+
+use mgbench_capture::trace::{
+    Access, AccessKind, Chunk, EndInfo, Mode, SampleHeader, TraceMeta, TraceWriter,
+};
+use mgbench_synth::analyze::{analyze, AnalyzeConfig, LocalityReport};
+use mgbench_synth::apex::{ApexParams, DEFAULT_M, GRID_K, GRID_L};
+use mgbench_synth::locality::ReuseMethod;
+use mgbench_synth::SynthError;
+
+use crate::common::{load, meta, randoms, temp, write_trace};
+
+fn no_apex() -> AnalyzeConfig {
+    AnalyzeConfig {
+        apex: false,
+        ..AnalyzeConfig::default()
+    }
+}
+
+fn run(accesses: &[Access], name: &str, cfg: &AnalyzeConfig) -> LocalityReport {
+    let path = temp(name);
+    write_trace(&path, accesses, 4096);
+    analyze(&path, cfg).unwrap()
+}
+
+#[test]
+fn unit_stride_half_stride_and_random_streams() {
+    let unit: Vec<Access> = (0..200_000).map(|i| load(0x401000, i)).collect();
+    let r = run(&unit, "unit.mgbt", &no_apex());
+    assert!(
+        (r.program_locality.spatial_score - 1.0).abs() < 1e-4,
+        "{}",
+        r.program_locality.spatial_score
+    );
+    assert!(r.program_locality.temporal_score < 1e-3);
+    let f = &r.program_locality.footprint;
+    // 1024-access windows of unit-stride 8-byte loads touch 128 blocks each, all strided.
+    assert_eq!(f.windows, 200_000u64.div_ceil(1024));
+    assert!(
+        (f.per_window[0].blocks as f64 - 128.0).abs() < 1.0,
+        "{:?}",
+        f.per_window[0]
+    );
+    assert!(f.strided_pct > 99.0 && f.irregular_pct < 1.0);
+    assert_eq!(f.observed_blocks, 200_000 / 8);
+
+    let half: Vec<Access> = (0..200_000).map(|i| load(0x401000, 2 * i)).collect();
+    let r = run(&half, "half.mgbt", &no_apex());
+    assert!((r.program_locality.spatial_score - 0.5).abs() < 1e-3);
+
+    let random: Vec<Access> = randoms(200_000, 1 << 26, 3)
+        .into_iter()
+        .map(|i| load(0x401000, i))
+        .collect();
+    let r = run(&random, "random.mgbt", &no_apex());
+    assert!(
+        r.program_locality.spatial_score < 0.01,
+        "{}",
+        r.program_locality.spatial_score
+    );
+    assert!(r.program_locality.temporal_score < 0.01);
+    assert!(r.program_locality.footprint.irregular_pct > 95.0);
+    // A loop over 1000 words: every reuse at distance 999 (reuse_1024 jumps to ~1).
+    let small: Vec<Access> = (0..100_000).map(|i| load(0x401000, i % 1000)).collect();
+    let r = run(&small, "small.mgbt", &no_apex());
+    let below_1024 = r
+        .program_locality
+        .reuse_histogram
+        .below
+        .iter()
+        .find(|p| p.distance == 1024)
+        .unwrap();
+    let below_512 = r
+        .program_locality
+        .reuse_histogram
+        .below
+        .iter()
+        .find(|p| p.distance == 512)
+        .unwrap();
+    assert!(
+        below_1024.fraction > 0.98 && below_512.fraction < 0.001,
+        "{below_512:?} {below_1024:?}"
+    );
+    // In 64-byte lines the same loop reuses at distance 124: below 128.
+    let lines = r.program_locality.reuse_histogram_lines.as_ref().unwrap();
+    assert!(
+        lines
+            .below
+            .iter()
+            .find(|p| p.distance == 128)
+            .unwrap()
+            .fraction
+            > 0.98
+    );
+}
+
+#[test]
+fn gups_updates_score_near_zero_on_both_axes() {
+    // Load + store of one instruction to one random address: one reference each.
+    let mut v = Vec::new();
+    for i in randoms(100_000, 1 << 24, 9) {
+        v.push(load(0x402000, i));
+        v.push(Access {
+            kind: AccessKind::Store,
+            ..load(0x402000, i)
+        });
+    }
+    let r = run(&v, "gups.mgbt", &no_apex());
+    assert_eq!(r.accesses, 200_000);
+    assert_eq!(r.program_locality.references, 100_000);
+    assert!(r.program_locality.spatial_score < 0.01 && r.program_locality.temporal_score < 0.01);
+}
+
+/// Writes a sampled trace: windows of `window` accesses of a unit-stride stream, `skip`
+/// accesses skipped before each.
+fn write_sampled(path: &std::path::Path, windows: usize, window: u32, skip: u64) {
+    let meta = TraceMeta {
+        mode: Mode::Sampled {
+            window: u64::from(window),
+            period: u64::from(window) + skip,
+        },
+        ..meta()
+    };
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = TraceWriter::create(f, &meta).unwrap();
+    let mut next = 0u64;
+    for id in 0..windows as u64 {
+        next += skip;
+        let accesses: Vec<Access> = (0..u64::from(window))
+            .map(|k| load(0x401000, next + k))
+            .collect();
+        next += u64::from(window);
+        w.write_chunk(&Chunk {
+            thread: 0,
+            samples: vec![SampleHeader {
+                id,
+                skipped_before: skip,
+                len: window,
+            }],
+            accesses,
+        })
+        .unwrap();
+    }
+    w.write_end(&EndInfo {
+        exit_code: Some(0),
+        skipped: skip * windows as u64,
+        ..EndInfo::default()
+    })
+    .unwrap();
+}
+
+#[test]
+fn sampled_traces_window_by_sample_and_scale_the_footprint() {
+    let path = temp("sampled.mgbt");
+    write_sampled(&path, 50, 512, 4608);
+    let r = analyze(&path, &no_apex()).unwrap();
+    assert!((r.sample_ratio - 10.0).abs() < 1e-9, "{}", r.sample_ratio);
+    let f = &r.program_locality.footprint;
+    assert_eq!(f.windows, 50);
+    assert_eq!(f.per_window[0].accesses, 512);
+    assert_eq!(f.per_window[0].blocks, 64);
+    // Observed 50 x 64 distinct blocks; the execution streamed 10x as many accesses.
+    assert_eq!(f.observed_blocks, 3200);
+    assert!(
+        (f.estimated_blocks - 32_000.0).abs() < 1.0,
+        "{}",
+        f.estimated_blocks
+    );
+}
+
+#[test]
+fn apex_streams_in_a_trace_are_fitted_back() {
+    for &(l, k) in &[(16u64, 0.05f64), (1, 1.0), (128, 0.01)] {
+        let p = ApexParams { m: DEFAULT_M, l, k };
+        let v: Vec<Access> = p
+            .stream(1 << 17, 21)
+            .map(|w| Access {
+                ip: 0x401000,
+                addr: 8 * w,
+                size: 8,
+                kind: AccessKind::Load,
+            })
+            .collect();
+        let r = run(&v, &format!("apex-{l}-{k}.mgbt"), &AnalyzeConfig::default());
+        let fit = r.program_locality.apex.unwrap();
+        let li = GRID_L.iter().position(|&g| g == l).unwrap();
+        let ki = GRID_K.iter().position(|&g| g == k).unwrap();
+        let fl = GRID_L
+            .iter()
+            .position(|&g| g >= fit.l)
+            .unwrap_or(GRID_L.len() - 1);
+        let fk = GRID_K
+            .iter()
+            .position(|&g| g >= fit.k)
+            .unwrap_or(GRID_K.len() - 1);
+        assert!(
+            li.abs_diff(fl) <= 1 && ki.abs_diff(fk) <= 1,
+            "({l}, {k}) fitted as {fit:?}"
+        );
+        assert!(fit.residual < 0.05, "{fit:?}");
+    }
+}
+
+#[test]
+fn shards_reports_its_reliability() {
+    let random: Vec<Access> = randoms(300_000, 1 << 22, 5)
+        .into_iter()
+        .map(|i| load(0x401000, i))
+        .collect();
+    let path = temp("shards.mgbt");
+    write_trace(&path, &random, 4096);
+    let exact = analyze(&path, &no_apex()).unwrap();
+    let cfg = AnalyzeConfig {
+        method: ReuseMethod::Shards { rate: 0.05 },
+        ..no_apex()
+    };
+    let est = analyze(&path, &cfg).unwrap();
+    assert!(
+        (exact.program_locality.temporal_score - est.program_locality.temporal_score).abs() < 0.05
+    );
+    assert!(
+        est.notes
+            .iter()
+            .any(|n| n.contains("SHARDS") && !n.contains("UNRELIABLE")),
+        "{:?}",
+        est.notes
+    );
+    // A hot word taking half the references defeats address sampling, and the note says so.
+    let hot: Vec<Access> = randoms(300_000, 1 << 22, 6)
+        .into_iter()
+        .enumerate()
+        .map(|(k, i)| load(0x401000, if k % 2 == 0 { 12345 } else { i }))
+        .collect();
+    let path = temp("shards-hot.mgbt");
+    write_trace(&path, &hot, 4096);
+    let est = analyze(&path, &cfg).unwrap();
+    let exact = analyze(&path, &no_apex()).unwrap();
+    let flagged = est.notes.iter().any(|n| n.contains("UNRELIABLE"));
+    let close =
+        (exact.program_locality.temporal_score - est.program_locality.temporal_score).abs() < 0.05;
+    assert!(flagged || close, "{:?}", est.notes);
+}
+
+#[test]
+fn by_function_and_thread_selection() {
+    let mut v: Vec<Access> = (0..5000).map(|i| load(0x401000, i)).collect();
+    v.extend(
+        randoms(5000, 1 << 24, 4)
+            .into_iter()
+            .map(|i| load(0x402000, i)),
+    );
+    let path = temp("byfn.mgbt");
+    write_trace(&path, &v, 1000);
+    let r = analyze(
+        &path,
+        &AnalyzeConfig {
+            by_function: true,
+            ..no_apex()
+        },
+    )
+    .unwrap();
+    // No symbols for these addresses: one "??" row holding everything.
+    assert_eq!(r.functions.len(), 1);
+    assert_eq!(r.functions[0].function, "??");
+    assert_eq!(r.functions[0].locality.references, 10_000);
+    let e = analyze(
+        &path,
+        &AnalyzeConfig {
+            thread: Some(7),
+            ..no_apex()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, SynthError::Empty { .. }) && e.to_string().contains("thread 7"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_traces_are_refused_with_the_file_named() {
+    let path = temp("loc-notatrace.json");
+    std::fs::write(&path, "[]").unwrap();
+    let e = analyze(&path, &no_apex()).unwrap_err().to_string();
+    assert!(
+        e.contains("not an mgbench trace") && e.contains("loc-notatrace.json"),
+        "{e}"
+    );
+    let e = analyze(std::path::Path::new("/nonexistent.mgbt"), &no_apex())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot open trace /nonexistent.mgbt"), "{e}");
+    let empty = temp("loc-empty.mgbt");
+    write_trace(&empty, &[], 10);
+    let e = analyze(&empty, &no_apex()).unwrap_err().to_string();
+    assert!(e.contains("no memory accesses"), "{e}");
+    let v: Vec<Access> = randoms(20_000, 1 << 20, 8)
+        .into_iter()
+        .map(|i| load(0x407000, i))
+        .collect();
+    let full = temp("loc-full.mgbt");
+    write_trace(&full, &v, 2000);
+    let bytes = std::fs::read(&full).unwrap();
+    let cut = temp("loc-cut.mgbt");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let e = analyze(&cut, &no_apex()).unwrap_err().to_string();
+    assert!(
+        e.contains("damaged at byte") && e.contains("--allow-damaged"),
+        "{e}"
+    );
+    let r = analyze(
+        &cut,
+        &AnalyzeConfig {
+            allow_damaged: true,
+            ..no_apex()
+        },
+    )
+    .unwrap();
+    assert!(r.accesses > 0 && r.accesses < 20_000);
+    assert!(r.notes.iter().any(|n| n.contains("damaged")));
+}

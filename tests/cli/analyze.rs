@@ -1,0 +1,163 @@
+//! `mgbench analyze` and `synth --apex` on captured demo programs, and their bad input.
+
+use std::path::Path;
+
+use crate::common::{app, have, mgbench, stderr, stdout, temp_dir};
+
+fn capture(dir: &Path, trace: &str, args: &[&str]) {
+    let mut a = vec!["capture", "--full", "-o", trace];
+    a.extend(args);
+    let o = mgbench(&a, dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+fn analyze_json(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let mut a = vec!["analyze", "--format", "json"];
+    a.extend(args);
+    let o = mgbench(&a, dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn score(v: &serde_json::Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"))
+}
+
+#[test]
+fn stream_and_gups_land_in_their_corners() {
+    if !have("qemu-x86_64", "analyze on captured demos") {
+        return;
+    }
+    let dir = temp_dir("analyze-corners");
+    // STREAM-like triad sweeps: unit stride, no reuse within 131072 words.
+    capture(
+        &dir,
+        "triad.mgbt",
+        &["--", &app("triad"), "--n=262144", "--sweeps=2"],
+    );
+    let v = analyze_json(&dir, &["triad.mgbt", "--by", "function"]);
+    assert!(score(&v, "spatial_score") > 0.95, "{v}");
+    assert!(score(&v, "temporal_score") < 0.05, "{v}");
+    assert!(v["apex"]["l"].as_u64().unwrap() >= 64, "{}", v["apex"]);
+    assert!(v["reuse_histogram"]["below"].as_array().unwrap().len() == 18);
+    assert!(v["footprint"]["windows"].as_u64().unwrap() > 0);
+    let triad = v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"] == "triad")
+        .unwrap_or_else(|| panic!("no triad row in {}", v["functions"]));
+    assert!(score(triad, "spatial_score") > 0.99 && score(triad, "temporal_score") < 0.01);
+    // GUPS updates (recorded only inside update()): both scores near 0.
+    capture(
+        &dir,
+        "gups.mgbt",
+        &["--roi", "update", "--", &app("gups"), "--updates=50000"],
+    );
+    let v = analyze_json(&dir, &["gups.mgbt"]);
+    assert!(score(&v, "spatial_score") < 0.05, "{v}");
+    assert!(score(&v, "temporal_score") < 0.05, "{v}");
+    assert_eq!(v["apex"]["l"], 1, "{}", v["apex"]);
+    // The table names the proxy and how to run it.
+    let o = mgbench(&["analyze", "gups.mgbt"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = stdout(&o);
+    assert!(
+        t.contains("(program)") && t.contains("Apex-MAP proxy: L = 1 words"),
+        "{t}"
+    );
+    assert!(
+        t.contains("mgbench replay --kernel apex --apex-l 1 --apex-k"),
+        "{t}"
+    );
+}
+
+#[test]
+fn synth_apex_writes_a_replayable_proxy() {
+    if !have("qemu-x86_64", "synth --apex on a captured program") {
+        return;
+    }
+    let dir = temp_dir("synth-apex");
+    capture(
+        &dir,
+        "h.mgbt",
+        &[
+            "--",
+            &app("histogram"),
+            "--n=4000",
+            "--bins=8192",
+            "--iters=1",
+        ],
+    );
+    let o = mgbench(&["synth", "h.mgbt", "--apex", "-o", "h.json"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ps: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("h.json")).unwrap()).unwrap();
+    let ps = ps.as_array().unwrap();
+    let apex = ps.last().unwrap();
+    assert_eq!(apex["kernel"], "apex");
+    assert!(apex["L"].as_u64().unwrap() >= 1 && apex["K"].as_f64().unwrap() > 0.0);
+    assert_eq!(apex["M"], 1u64 << 24);
+    assert!(
+        apex["locality"]["residual"].as_f64().unwrap() < 0.2,
+        "{apex}"
+    );
+    assert!(ps.len() >= 2, "the histogram scatter is kept too: {ps:?}");
+    let o = mgbench(
+        &[
+            "replay",
+            "h.json",
+            "--no-stream",
+            "-R",
+            "1",
+            "--format",
+            "json",
+            "--no-save",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let recs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = recs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kernel"] == "apex")
+        .unwrap();
+    assert_eq!(r["apex"]["l"], apex["L"]);
+    assert!(r["ns_per_access"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn analyze_bad_input() {
+    let dir = temp_dir("analyze-bad");
+    std::fs::write(dir.join("x.mgbt"), "not a trace").unwrap();
+    let o = mgbench(&["analyze", "x.mgbt"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("x.mgbt") && stderr(&o).contains("not an mgbench trace"),
+        "{}",
+        stderr(&o)
+    );
+    let o = mgbench(&["analyze", "missing.mgbt"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot open trace missing.mgbt"),
+        "{}",
+        stderr(&o)
+    );
+    for (flag, value, want) in [
+        ("--shards", "0", "not a sampling rate"),
+        ("--shards", "1.5", "not a sampling rate"),
+        ("--apex-m", "12", "not a memory size"),
+        ("--by", "file", "function"),
+    ] {
+        let o = mgbench(&["analyze", "x.mgbt", flag, value], &dir);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        assert!(stderr(&o).contains(want), "{flag} {value}: {}", stderr(&o));
+    }
+    // Replay's apex options need the apex kernel.
+    let o = mgbench(&["replay", "--apex-l", "8", "--no-save"], &dir);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("--kernel apex"), "{}", stderr(&o));
+}
