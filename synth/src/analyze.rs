@@ -224,6 +224,12 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
         .apex
         .then(|| apex::grid(cfg.apex_m, apex::GRID_ACCESSES, cfg.threads.max(1)));
     let program_locality = summarize(&mut program, rho, grid.as_ref());
+    if program.scorer.saturated() {
+        notes.push(format!(
+            "more than {} distinct words: reuse distances of words beyond that were counted as first uses; use --shards",
+            crate::locality::reuse::MAX_DISTINCT
+        ));
+    }
     if let ReuseMethod::Shards { rate } = cfg.method {
         let adj = program_locality
             .reuse_histogram

@@ -190,6 +190,13 @@ impl Track {
         self.pending.clear();
     }
 
+    fn saturated(&self) -> bool {
+        match &self.engine {
+            Engine::Exact(r) => r.saturated(),
+            Engine::Shards(s) => s.saturated(),
+        }
+    }
+
     fn distinct(&self) -> f64 {
         match &self.engine {
             Engine::Exact(r) => r.distinct() as f64,
@@ -248,6 +255,12 @@ impl Scorer {
         if let Some(l) = &mut self.lines {
             l.flush();
         }
+    }
+
+    /// More distinct words than the exact engine tracks ([`reuse::MAX_DISTINCT`]) were seen;
+    /// the excess counted as first uses.
+    pub fn saturated(&self) -> bool {
+        self.words.saturated() || self.lines.as_ref().is_some_and(Track::saturated)
     }
 
     /// Distinct 64-byte lines referenced (estimated under SHARDS); None without line tracking.

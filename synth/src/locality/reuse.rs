@@ -266,6 +266,10 @@ impl Shards {
         }
     }
 
+    pub fn saturated(&self) -> bool {
+        self.inner.saturated()
+    }
+
     /// Distinct sampled addresses (divide by `rate` for an estimate of all).
     pub fn distinct(&self) -> u64 {
         self.inner.distinct()
