@@ -12,6 +12,9 @@ need gcc build-essential       # C reference loops, demo apps (scripts/apps), -s
 need python3 python3           # scripts/*.py
 need qemu-x86_64 qemu-user     # capture --backend qemu (the default)
 need valgrind valgrind         # lackey: the oracle for per-instruction access counts in tests
+need mpirun openmpi-bin        # replay --mpi: the MPI runtime
+need mpicc libopenmpi-dev      # the mpi crate (feature "mpi") links OpenMPI...
+compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null || packages+=(libclang-dev)  # ...and bindgen needs libclang
 
 if [ "${#packages[@]}" -gt 0 ]; then
     sudo=""

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite: unit, integration and CLI tests of every crate.
+# The whole test suite: unit, integration and CLI tests of every crate, with the optional
+# features on (MPI tests start OpenMPI's mpirun; scripts/setup.sh installs it), plus the
+# replay library's tests without them (the "built without MPI" error path).
 #
 #   scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+features=(--features mgbench/mpi)
 # Build everything first: capture tests load the QEMU plugin (a cdylib) from target/debug.
-cargo build --workspace
-cargo test --workspace --all-targets
-cargo test --workspace --doc
+cargo build --workspace "${features[@]}"
+cargo test --workspace --all-targets "${features[@]}"
+cargo test --workspace --doc "${features[@]}"
+cargo test -p mgbench-replay --lib

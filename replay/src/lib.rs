@@ -27,12 +27,16 @@ pub mod buffer;
 pub mod config;
 pub mod export;
 pub mod kernel;
+pub mod launch;
 pub mod measure;
+#[cfg(feature = "mpi")]
+mod mpi_team;
 pub mod pattern;
 pub mod plan;
 pub mod pool;
 pub mod record;
 pub mod results;
+pub mod scaling;
 
 mod simd;
 pub mod stream;
@@ -42,10 +46,10 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{ConfigError, Defaults, Origin, RunConfig};
 use crate::kernel::{Buffers, WriteMode};
-use crate::measure::{bandwidth_mbs, time_series, Measurement, Summary, WallClock};
+use crate::measure::{bandwidth_mbs, Measurement, Summary, WallClock};
 use crate::plan::{Footprint, PlanError};
 use crate::pool::{Placement, Pool, PoolError};
-use crate::record::{mgbench_version, now_rfc3339, Host, ReplayRecord, StreamRecord};
+use crate::record::{mgbench_version, now_rfc3339, Host, ReplayRecord, Scaling, StreamRecord};
 use crate::results::{ResultsError, ResultsWriter};
 use crate::stream::{StreamConfig, StreamError};
 
@@ -202,12 +206,44 @@ pub enum ReplayError {
     Results(#[from] ResultsError),
     #[error("--runs must be at least 1")]
     ZeroRuns,
+    #[error("{}", ranks_part(.0))]
+    Ranks(Vec<(usize, String)>),
+    #[error("this mgbench was built without MPI support: rebuild it with `cargo build --release --features mpi` (needs OpenMPI and libclang: scripts/setup.sh installs libopenmpi-dev and libclang-dev)")]
+    NoMpi,
+    #[error("MPI could not be initialised (was it already?)")]
+    MpiInit,
+    #[error("--mpi {asked} but the launcher started {got} ranks: make them agree (or leave --mpi out when starting mgbench under mpirun/srun yourself)")]
+    RankCount { asked: usize, got: usize },
+    #[error("another rank failed (rank 0 reports why)")]
+    FailedElsewhere,
+    #[error("rank {0}: failure injected by MGBENCH_FAIL_RANK={0} (a test hook)")]
+    Injected(usize),
     #[error("{origin}{}: {problem}", name_part(.name))]
     Alloc {
         origin: Origin,
         name: String,
         problem: crate::buffer::AllocError,
     },
+}
+
+/// "rank 1 failed: ...", with ranks that failed alike on one line.
+fn ranks_part(failures: &[(usize, String)]) -> String {
+    let mut groups: Vec<(Vec<usize>, &str)> = Vec::new();
+    for (r, m) in failures {
+        match groups.iter_mut().find(|(_, g)| g == m) {
+            Some((ranks, _)) => ranks.push(*r),
+            None => groups.push((vec![*r], m)),
+        }
+    }
+    groups
+        .iter()
+        .map(|(ranks, m)| {
+            let list: Vec<String> = ranks.iter().map(ToString::to_string).collect();
+            let who = if ranks.len() == 1 { "rank" } else { "ranks" };
+            format!("{who} {} failed: {m}", list.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn name_part(name: &str) -> String {
@@ -226,8 +262,40 @@ pub struct Planned {
     pub racy: bool,
 }
 
+/// Whether this build can run as MPI ranks (the `mpi` feature).
+pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
+
+/// Runs this process as one rank of an MPI job (see [`scaling`]); rank 0 reports events and
+/// returns the records, other ranks return an empty list. `expected_ranks` is `--mpi N`.
+pub fn run_rank(
+    config: &ReplayConfig,
+    scaling: Scaling,
+    launcher: &str,
+    expected_ranks: Option<usize>,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Result<Vec<ReplayRecord>, ReplayError> {
+    #[cfg(feature = "mpi")]
+    {
+        mpi_team::run_rank(config, scaling, launcher, expected_ranks, on_event)
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        let _ = (config, scaling, launcher, expected_ranks, on_event);
+        Err(ReplayError::NoMpi)
+    }
+}
+
 /// Loads every input and checks every configuration, without running anything.
 pub fn plan(config: &ReplayConfig) -> Result<Vec<Planned>, ReplayError> {
+    plan_within(config, sys::available_memory_bytes())
+}
+
+/// As [`plan`], checking buffers against `available` bytes (None: unchecked); MPI ranks on one
+/// node each get their share of the node's memory.
+pub fn plan_within(
+    config: &ReplayConfig,
+    available: Option<u64>,
+) -> Result<Vec<Planned>, ReplayError> {
     if config.runs == Some(0) {
         return Err(ReplayError::ZeroRuns);
     }
@@ -246,7 +314,6 @@ pub fn plan(config: &ReplayConfig) -> Result<Vec<Planned>, ReplayError> {
             )?),
         }
     }
-    let available = sys::available_memory_bytes();
     configs
         .into_iter()
         .map(|mut c| {
@@ -316,7 +383,11 @@ pub fn run_stream(
     stream_on(&pool, size, ntimes)
 }
 
-fn stream_on(pool: &Pool, size: StreamSize, ntimes: usize) -> Result<StreamRecord, ReplayError> {
+pub(crate) fn stream_on(
+    pool: &Pool,
+    size: StreamSize,
+    ntimes: usize,
+) -> Result<StreamRecord, ReplayError> {
     let (elements, notes) = match size {
         StreamSize::Auto => {
             let (n, note) = stream::default_elements(sys::last_level_cache_bytes());
@@ -393,18 +464,74 @@ pub fn run_one(
     stream: Option<&StreamRecord>,
     host: &Host,
 ) -> Result<ReplayRecord, ReplayError> {
+    let times = measure_config(pool, p, config, mode, &mut || {})?;
+    Ok(build_record(pool, p, config, times, stream, host))
+}
+
+/// Allocates the configuration's buffers and times it: `config.warmup` untimed runs, then
+/// `nruns` timed ones, each preceded by `before_each` (an MPI barrier, outside the timing).
+pub fn measure_config(
+    pool: &Pool,
+    p: &Planned,
+    config: &ReplayConfig,
+    mode: WriteMode,
+    before_each: &mut dyn FnMut(),
+) -> Result<Vec<f64>, ReplayError> {
+    let mut buffers = allocate_buffers(pool, p)?;
+    Ok(time_config(
+        pool,
+        p,
+        config,
+        mode,
+        &mut buffers,
+        before_each,
+    ))
+}
+
+/// The configuration's buffers, first-touched by the pool's threads.
+pub fn allocate_buffers(pool: &Pool, p: &Planned) -> Result<Buffers, ReplayError> {
+    Buffers::allocate(pool, &p.footprint).map_err(|problem| ReplayError::Alloc {
+        origin: p.config.origin.clone(),
+        name: p.config.name.clone(),
+        problem,
+    })
+}
+
+/// Times the configuration on allocated buffers (see [`measure_config`]).
+pub fn time_config(
+    pool: &Pool,
+    p: &Planned,
+    config: &ReplayConfig,
+    mode: WriteMode,
+    buffers: &mut Buffers,
+    before_each: &mut dyn FnMut(),
+) -> Vec<f64> {
     let c = &p.config;
-    let mut buffers =
-        Buffers::allocate(pool, &p.footprint).map_err(|problem| ReplayError::Alloc {
-            origin: c.origin.clone(),
-            name: c.name.clone(),
-            problem,
-        })?;
     let mut clock = WallClock;
-    let times = time_series(&mut clock, config.warmup, c.nruns, &mut || {
-        kernel::execute(pool, c, &mut buffers, mode)
-    });
-    drop(buffers);
+    let mut run = || kernel::execute(pool, c, buffers, mode);
+    for _ in 0..config.warmup {
+        before_each();
+        run();
+    }
+    (0..c.nruns)
+        .map(|_| {
+            before_each();
+            clock.measure(&mut run)
+        })
+        .collect()
+}
+
+/// The record of one measured configuration.
+pub fn build_record(
+    pool: &Pool,
+    p: &Planned,
+    config: &ReplayConfig,
+    times: Vec<f64>,
+    stream: Option<&StreamRecord>,
+    host: &Host,
+) -> ReplayRecord {
+    let c = &p.config;
+    let clock = WallClock;
     let summary = Summary::of(&times).unwrap_or(Summary {
         min: f64::NAN,
         median: f64::NAN,
@@ -428,7 +555,7 @@ pub fn run_one(
     } else if !pool.is_pinned() {
         notes.push("threads are not pinned".to_string());
     }
-    Ok(ReplayRecord {
+    ReplayRecord {
         schema_version: record::SCHEMA_VERSION,
         name: c.name.clone(),
         kernel: c.kernel.kind(),
@@ -473,8 +600,9 @@ pub fn run_one(
         pinned: pool.is_pinned(),
         timer: clock.name().to_string(),
         notes,
+        mpi: None,
         host: host.clone(),
         mgbench_version: mgbench_version(),
         time: now_rfc3339(),
-    })
+    }
 }

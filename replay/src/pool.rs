@@ -61,6 +61,9 @@ pub struct Pool {
 pub enum Placement {
     /// One thread per allowed CPU, in order (threads beyond the CPU count wrap around).
     Pinned,
+    /// As `Pinned`, starting at the allowed CPU with this index: the place of one MPI rank's
+    /// threads among the ranks sharing a node (local rank x threads).
+    PinnedFrom(usize),
     /// Let the OS scheduler place threads.
     Unpinned,
 }
@@ -92,11 +95,15 @@ impl Pool {
             // Spinning on a shared core only steals time from the thread that has work.
             spin_limit: if oversubscribed { 0 } else { SPIN_LIMIT },
         });
-        let pin = placement == Placement::Pinned;
+        let (pin, first) = match placement {
+            Placement::Pinned => (true, 0),
+            Placement::PinnedFrom(first) => (true, first),
+            Placement::Unpinned => (false, 0),
+        };
         let restore_affinity = if pin { sys::current_affinity() } else { None };
         let mut pinned = pin;
         if pin {
-            pinned &= sys::pin_current_thread(&[cpus[0]]);
+            pinned &= sys::pin_current_thread(&[cpus[first % cpus.len()]]);
         }
         let mut pool = Pool {
             shared: Arc::clone(&shared),
@@ -110,7 +117,7 @@ impl Pool {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<bool>();
         for tid in 1..threads {
             let shared = Arc::clone(&shared);
-            let cpu = cpus[tid % cpus.len()];
+            let cpu = cpus[(first + tid) % cpus.len()];
             let ready = ready_tx.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("mgbench-worker-{tid}"))

@@ -110,10 +110,76 @@ pub struct ReplayRecord {
     pub pinned: bool,
     pub timer: String,
     pub notes: Vec<String>,
+    /// MPI runs only: per-rank figures and both aggregates. The record's `bytes`, times and
+    /// `bandwidth_mbs` are then the job's: all ranks' bytes over the slowest rank's time.
+    #[serde(default)]
+    pub mpi: Option<MpiFigures>,
     pub host: Host,
     pub mgbench_version: String,
     /// When the record was made (UTC, RFC 3339).
     pub time: String,
+}
+
+/// How a configuration is spread over MPI ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scaling {
+    /// Every rank runs the whole configuration.
+    Weak,
+    /// The ranks split it: contiguous blocks of the count loop, or of the pattern when the
+    /// count is smaller than the number of ranks.
+    Strong,
+}
+
+impl Scaling {
+    /// The name used in JSON, CSV and the table ("weak" or "strong").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scaling::Weak => "weak",
+            Scaling::Strong => "strong",
+        }
+    }
+}
+
+/// The part of a configuration one rank ran: iterations `[start, end)` of the count loop and
+/// indices `[start, end)` of the pattern (the inner pattern of multi-kernels, both sides of gs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Share {
+    pub iterations: [usize; 2],
+    pub indices: [usize; 2],
+}
+
+impl Share {
+    /// Elements this share moves per side: iterations x indices.
+    pub fn elements(&self) -> usize {
+        (self.iterations[1] - self.iterations[0]) * (self.indices[1] - self.indices[0])
+    }
+}
+
+/// One rank's measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankFigures {
+    pub rank: usize,
+    pub host: String,
+    pub share: Share,
+    pub bytes: u64,
+    pub min_time_s: f64,
+    /// bytes / min_time_s / 1e6 (0 for a rank with nothing to do).
+    pub bandwidth_mbs: f64,
+    pub run_times_s: Vec<f64>,
+}
+
+/// The MPI side of a record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MpiFigures {
+    pub scaling: Scaling,
+    /// "mpirun", "srun", or whatever started the ranks.
+    pub launcher: String,
+    pub per_rank: Vec<RankFigures>,
+    /// Spatter's aggregate: the sum of the ranks' own bandwidths (each over its own best run).
+    pub sum_of_rank_bandwidths_mbs: f64,
+    /// The rank that was slowest in the best run.
+    pub slowest_rank: usize,
 }
 
 /// The Apex-MAP parameters of an apex record.
@@ -159,7 +225,14 @@ pub struct StreamRecord {
     pub validated: bool,
     pub pinned: bool,
     pub notes: Vec<String>,
+    /// MPI runs: STREAM ran on every rank at once and the rates above are their sum.
+    #[serde(default = "one")]
+    pub ranks: usize,
     pub host: Host,
     pub mgbench_version: String,
     pub time: String,
+}
+
+fn one() -> usize {
+    1
 }

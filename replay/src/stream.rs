@@ -221,6 +221,7 @@ pub fn run(
         validated,
         pinned: pool.is_pinned(),
         notes,
+        ranks: 1,
         host: Host::detect(),
         mgbench_version: mgbench_version(),
         time: now_rfc3339(),

@@ -53,7 +53,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Synth(args) => synth::synth(*args),
         Command::Analyze(args) => analyze::analyze(*args),
         Command::Profile(args) => synth::profile(*args),
-        Command::Replay(args) => replay::replay(*args).map(|()| 0),
+        Command::Replay(args) => replay::replay(*args),
         Command::Stream(args) => replay::stream(args).map(|()| 0),
     }
 }

@@ -7,11 +7,14 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use mgbench_replay::config::KernelKind;
 use mgbench_replay::export::TableExporter;
+use mgbench_replay::launch::{self, LaunchPlan, Launcher};
 use mgbench_replay::pool::Placement;
+use mgbench_replay::record::{ReplayRecord, Scaling};
 use mgbench_replay::{
     default_pattern_files, default_threads, Event, ExportFormat, InlineSpec, Input, ReplayConfig,
     StreamSize,
 };
+use mgbench_replay::{run_rank, ReplayError, MPI_SUPPORT};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -43,7 +46,7 @@ pub(crate) fn non_negative(s: &str) -> Result<usize, String> {
         .map_err(|_| format!("{s:?} is not a non-negative integer"))
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct ReplayArgs {
     /// Spatter JSON pattern files (default: the shipped suite in patterns/).
@@ -130,6 +133,24 @@ pub struct ReplayArgs {
     /// Name of the inline pattern in the results.
     #[arg(short = 'n', long, help_heading = "Inline pattern")]
     name: Option<String>,
+    /// Run as N MPI ranks: starts `mpirun -np N` (or --launcher) of mgbench itself; under a
+    /// launcher already, N must match its rank count. Needs a build with `--features mpi`.
+    #[arg(long, value_name = "N", value_parser = non_negative, help_heading = "MPI")]
+    mpi: Option<usize>,
+    /// Launcher for --mpi.
+    #[arg(long, value_enum, default_value_t = LauncherArg::Mpirun, help_heading = "MPI")]
+    launcher: LauncherArg,
+    /// Extra launcher argument, passed through (repeatable: --launcher-arg=--host --launcher-arg=a,b).
+    #[arg(
+        long,
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        help_heading = "MPI"
+    )]
+    launcher_arg: Vec<String>,
+    /// Strong scaling: the ranks split each configuration (default: weak, every rank runs all).
+    #[arg(long, help_heading = "MPI")]
+    strong: bool,
     /// apex kernel: block length L in words.
     #[arg(long, value_name = "L", help_heading = "Inline pattern", value_parser = non_negative)]
     apex_l: Option<usize>,
@@ -265,12 +286,109 @@ impl ReplayArgs {
     }
 }
 
-pub fn replay(args: ReplayArgs) -> Result<()> {
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LauncherArg {
+    Mpirun,
+    Srun,
+}
+
+/// `replay`: runs here, as one rank of an MPI job, or starts that job (`--mpi N`).
+pub fn replay(args: ReplayArgs) -> Result<i32> {
+    let scaling = if args.strong {
+        Scaling::Strong
+    } else {
+        Scaling::Weak
+    };
+    let rank = launch::rank_env();
+    if rank.is_none() {
+        if let Some(n) = args.mpi {
+            return start_job(&args, n);
+        }
+        if args.strong || !args.launcher_arg.is_empty() {
+            bail!("--strong and --launcher-arg only apply with --mpi N");
+        }
+    }
+    let asked = args.mpi;
     let (config, format) = args.into_config()?;
+    match rank {
+        Some(env) if asked.is_some() || env.size > 1 => {
+            if !MPI_SUPPORT {
+                return Err(ReplayError::NoMpi.into());
+            }
+            // Rank 0 reports; the other ranks print nothing.
+            let result = report(&config, format, env.rank == 0, &mut |config, on_event| {
+                run_rank(config, scaling, env.launcher, asked, on_event)
+            });
+            match result {
+                // Rank 0 reports the failure; the others only end with it.
+                Err(e) if matches!(e.downcast_ref(), Some(ReplayError::FailedElsewhere)) => Ok(1),
+                other => other.map(|()| 0),
+            }
+        }
+        _ => report(&config, format, true, &mut |config, on_event| {
+            mgbench_replay::replay(config, on_event)
+        })
+        .map(|()| 0),
+    }
+}
+
+/// Starts `--mpi N`: the launcher runs this same command line as N ranks.
+fn start_job(args: &ReplayArgs, ranks: usize) -> Result<i32> {
+    if !MPI_SUPPORT {
+        return Err(ReplayError::NoMpi.into());
+    }
+    // Bad pattern files fail here, once, before any rank starts.
+    let (config, _) = args.clone().into_config()?;
+    mgbench_replay::plan(&config)?;
+    // Without --threads, the ranks share this machine's CPUs.
+    let per_rank = match args.threads {
+        Some(t) => threads(Some(t))?,
+        None => (default_threads() / ranks.max(1)).max(1),
+    };
+    let mut rank_args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args.threads.is_none() {
+        rank_args.push("--threads".into());
+        rank_args.push(per_rank.to_string().into());
+    }
+    let plan = LaunchPlan {
+        launcher: match args.launcher {
+            LauncherArg::Mpirun => Launcher::Mpirun,
+            LauncherArg::Srun => Launcher::Srun,
+        },
+        ranks,
+        threads: per_rank,
+        extra: args.launcher_arg.clone(),
+        exe: std::env::current_exe().context("cannot find mgbench's own executable")?,
+        args: rank_args,
+    };
+    let is_root = std::fs::metadata("/proc/self").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid() == 0
+    });
+    let (mut cmd, warning) = launch::command(&plan, default_threads(), is_root)?;
+    if let Some(w) = warning {
+        eprintln!("mgbench: warning: {w}");
+    }
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {}", plan.launcher.program()))?;
+    Ok(status.code().unwrap_or(1))
+}
+
+type Runner<'a> = dyn FnMut(&ReplayConfig, &mut dyn FnMut(Event<'_>)) -> Result<Vec<ReplayRecord>, ReplayError>
+    + 'a;
+
+/// Runs `run` and prints its events and records in `format`.
+fn report(
+    config: &ReplayConfig,
+    format: ExportFormat,
+    print: bool,
+    run: &mut Runner<'_>,
+) -> Result<()> {
     let stdout = std::io::stdout();
     let mut header_done = false;
     let mut print_error: Option<std::io::Error> = None;
-    let records = mgbench_replay::replay(&config, &mut |event| {
+    let records = run(config, &mut |event| {
         let mut out = stdout.lock();
         let res = match event {
             Event::Planned { configs } => {
@@ -314,6 +432,9 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
             print_error.get_or_insert(e);
         }
     })?;
+    if !print {
+        return Ok(());
+    }
     if format != ExportFormat::Table {
         let bytes = format.exporter().replay(&records)?;
         std::io::stdout()

@@ -3,5 +3,6 @@
 mod analyze;
 mod capture;
 mod common;
+mod mpi;
 mod replay;
 mod synth;

@@ -45,6 +45,9 @@ pub const REPLAY_COLUMNS: &[&str] = &[
     "apex_k",
     "apex_m",
     "apex_seed",
+    "mpi_scaling",
+    "mpi_sum_of_rank_bandwidths_mbs",
+    "mpi_rank_bandwidths_mbs",
     "host_hostname",
     "host_cpu_model",
     "host_cores",
@@ -145,6 +148,17 @@ impl Exporter for CsvExporter {
                 opt(&r.apex.map(|a| a.k)),
                 opt(&r.apex.map(|a| a.m)),
                 opt(&r.apex.map(|a| a.seed)),
+                r.mpi
+                    .as_ref()
+                    .map_or(String::new(), |m| m.scaling.as_str().to_string()),
+                opt(&r.mpi.as_ref().map(|m| m.sum_of_rank_bandwidths_mbs)),
+                r.mpi.as_ref().map_or(String::new(), |m| {
+                    m.per_rank
+                        .iter()
+                        .map(|p| p.bandwidth_mbs.to_string())
+                        .collect::<Vec<_>>()
+                        .join(";")
+                }),
             ];
             row.extend(host_cells(&r.host));
             row.push(r.mgbench_version.clone());

@@ -40,6 +40,14 @@ impl TableExporter {
         if r.atomic {
             flags.push("atomic".to_string());
         }
+        if let Some(m) = &r.mpi {
+            flags.push(format!(
+                "{} ranks, {} scaling (sum of rank bandwidths {:.1} MB/s)",
+                r.ranks,
+                m.scaling.as_str(),
+                m.sum_of_rank_bandwidths_mbs
+            ));
+        }
         if let Some(a) = &r.apex {
             flags.push(format!(
                 "L={} K={} M={}: {:.2} ns/access",
