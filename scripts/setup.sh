@@ -15,6 +15,7 @@ need valgrind valgrind         # lackey: the oracle for per-instruction access c
 need mpirun openmpi-bin        # replay --mpi: the MPI runtime
 need mpicc libopenmpi-dev      # the mpi crate (feature "mpi") links OpenMPI...
 compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null || packages+=(libclang-dev)  # ...and bindgen needs libclang
+need clang clang               # scripts/check-cuda-kernels.sh: kernels-cuda/*.cu to PTX, no CUDA SDK
 
 if [ "${#packages[@]}" -gt 0 ]; then
     sudo=""

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, integration and CLI tests of every crate, with the optional
 # features on (MPI tests start OpenMPI's mpirun; scripts/setup.sh installs it), plus the
-# replay library's tests without them (the "built without MPI" error path).
+# replay library's tests without them (the "built without MPI/CUDA" error paths), plus the
+# compile check of kernels-cuda/*.cu.
 #
 #   scripts/test.sh
 set -euo pipefail
@@ -12,3 +13,5 @@ cargo build --workspace "${features[@]}"
 cargo test --workspace --all-targets "${features[@]}"
 cargo test --workspace --doc "${features[@]}"
 cargo test -p mgbench-replay --lib
+# The CUDA kernels compile (clang's CUDA front end to PTX; no CUDA SDK or GPU needed).
+scripts/check-cuda-kernels.sh

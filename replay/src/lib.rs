@@ -26,6 +26,7 @@ pub mod apex;
 pub mod buffer;
 pub mod config;
 pub mod export;
+pub mod gpu;
 pub mod kernel;
 pub mod launch;
 pub mod measure;
@@ -183,6 +184,8 @@ pub enum Event<'a> {
         csv: &'a Path,
     },
     Stream(&'a StreamRecord),
+    /// The GPU STREAM baseline (`--cuda`).
+    GpuStream(&'a gpu::GpuStreamRecord),
     Record(&'a ReplayRecord),
 }
 
@@ -204,6 +207,8 @@ pub enum ReplayError {
     Stream(#[from] StreamError),
     #[error(transparent)]
     Results(#[from] ResultsError),
+    #[error(transparent)]
+    Gpu(#[from] gpu::GpuError),
     #[error("--runs must be at least 1")]
     ZeroRuns,
     #[error("{}", ranks_part(.0))]
@@ -601,6 +606,8 @@ pub fn build_record(
         timer: clock.name().to_string(),
         notes,
         mpi: None,
+        device: None,
+        gpu: None,
         host: host.clone(),
         mgbench_version: mgbench_version(),
         time: now_rfc3339(),

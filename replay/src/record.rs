@@ -60,7 +60,7 @@ pub struct ReplayRecord {
     /// Pattern file (or "<command line>") and position of the config in it.
     pub source: String,
     pub config_index: usize,
-    /// "cpu" here; other backends write their own.
+    /// "cpu" or "cuda".
     pub backend: String,
     /// Indices moved per iteration on one side (inner pattern for multi-kernels).
     pub pattern_len: usize,
@@ -114,6 +114,12 @@ pub struct ReplayRecord {
     /// `bandwidth_mbs` are then the job's: all ranks' bytes over the slowest rank's time.
     #[serde(default)]
     pub mpi: Option<MpiFigures>,
+    /// CUDA runs only (`backend: "cuda"`): the GPU.
+    #[serde(default)]
+    pub device: Option<crate::gpu::DeviceInfo>,
+    /// CUDA runs only: the kernel function, launch shape and sweep step.
+    #[serde(default)]
+    pub gpu: Option<crate::gpu::GpuRun>,
     pub host: Host,
     pub mgbench_version: String,
     /// When the record was made (UTC, RFC 3339).

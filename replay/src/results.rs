@@ -74,6 +74,24 @@ impl ResultsWriter {
         self.flush()
     }
 
+    /// Writes the GPU STREAM baseline of this invocation (`<stem>-gpu-stream.json`).
+    pub fn write_gpu_stream(
+        &self,
+        record: &crate::gpu::GpuStreamRecord,
+    ) -> Result<(), ResultsError> {
+        let mut path = self.json_path.clone();
+        path.set_file_name(format!(
+            "{}-gpu-stream.json",
+            self.json_path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ));
+        let mut bytes = serde_json::to_vec_pretty(record).map_err(ExportError::from)?;
+        bytes.push(b'\n');
+        write_atomically(&path, &bytes)
+    }
+
     /// Writes the STREAM baseline of this invocation.
     pub fn write_stream(&self, record: &StreamRecord) -> Result<(), ResultsError> {
         write_atomically(&self.stream_path, &JsonExporter.stream(record)?)

@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use mgbench_replay::config::KernelKind;
 use mgbench_replay::export::TableExporter;
+use mgbench_replay::gpu::{self, GpuOptions};
 use mgbench_replay::launch::{self, LaunchPlan, Launcher};
 use mgbench_replay::pool::Placement;
 use mgbench_replay::record::{ReplayRecord, Scaling};
@@ -151,6 +152,19 @@ pub struct ReplayArgs {
     /// Strong scaling: the ranks split each configuration (default: weak, every rank runs all).
     #[arg(long, help_heading = "MPI")]
     strong: bool,
+    /// Run on an NVIDIA GPU (CUDA driver and NVRTC needed at run time), next to GPU STREAM.
+    #[arg(long, help_heading = "GPU")]
+    cuda: bool,
+    /// CUDA device ordinal for --cuda.
+    #[arg(long, value_name = "N", value_parser = non_negative, help_heading = "GPU")]
+    device: Option<usize>,
+    /// Throughput sweep (with --cuda): truncate each pattern, then run it with its count
+    /// multiplied by 1, 2, 4 .. 512, reporting where the bandwidth plateaus.
+    #[arg(long, help_heading = "GPU")]
+    sweep: bool,
+    /// Indices kept per pattern by --sweep (default 256).
+    #[arg(long, value_name = "N", value_parser = non_negative, help_heading = "GPU")]
+    sweep_len: Option<usize>,
     /// apex kernel: block length L in words.
     #[arg(long, value_name = "L", help_heading = "Inline pattern", value_parser = non_negative)]
     apex_l: Option<usize>,
@@ -183,6 +197,12 @@ pub struct StreamArgs {
     /// Let the OS place threads instead of pinning one per CPU.
     #[arg(long)]
     no_pin: bool,
+    /// Run GPU STREAM (the BabelStream kernels) on an NVIDIA GPU instead.
+    #[arg(long)]
+    cuda: bool,
+    /// CUDA device ordinal for --cuda.
+    #[arg(long, value_name = "N", value_parser = non_negative)]
+    device: Option<usize>,
 }
 
 fn threads(requested: Option<usize>) -> Result<usize> {
@@ -299,6 +319,12 @@ pub fn replay(args: ReplayArgs) -> Result<i32> {
     } else {
         Scaling::Weak
     };
+    if args.cuda {
+        return replay_cuda(args).map(|()| 0);
+    }
+    if args.device.is_some() || args.sweep || args.sweep_len.is_some() {
+        bail!("--device, --sweep and --sweep-len only apply with --cuda");
+    }
     let rank = launch::rank_env();
     if rank.is_none() {
         if let Some(n) = args.mpi {
@@ -320,8 +346,10 @@ pub fn replay(args: ReplayArgs) -> Result<i32> {
                 run_rank(config, scaling, env.launcher, asked, on_event)
             });
             match result {
-                // Rank 0 reports the failure; the others only end with it.
-                Err(e) if matches!(e.downcast_ref(), Some(ReplayError::FailedElsewhere)) => Ok(1),
+                // Rank 0 reports every rank's failure and exits 1, which is the job's status.
+                // The other ranks end quietly with status 0: mpirun tears the job down as soon
+                // as any process exits non-zero, which could cut rank 0 off before it prints.
+                Err(e) if matches!(e.downcast_ref(), Some(ReplayError::FailedElsewhere)) => Ok(0),
                 other => other.map(|()| 0),
             }
         }
@@ -330,6 +358,44 @@ pub fn replay(args: ReplayArgs) -> Result<i32> {
         })
         .map(|()| 0),
     }
+}
+
+/// `replay --cuda`: one GPU, GPU STREAM, each pattern once or as a throughput sweep.
+fn replay_cuda(args: ReplayArgs) -> Result<()> {
+    if args.mpi.is_some() || launch::rank_env().is_some_and(|e| e.size > 1) {
+        bail!("--cuda with MPI is not supported: run one mgbench replay --cuda per GPU");
+    }
+    if args.threads.is_some() || args.no_pin {
+        bail!("--threads and --no-pin set CPU threads and have no effect with --cuda: drop them");
+    }
+    if args.sweep_len == Some(0) {
+        bail!("--sweep-len must be at least 1");
+    }
+    if args.sweep_len.is_some() && !args.sweep {
+        bail!("--sweep-len only applies with --sweep");
+    }
+    let opts = GpuOptions {
+        device: args.device.unwrap_or(0),
+        sweep: args.sweep,
+        sweep_len: args.sweep_len,
+    };
+    let (config, format) = args.into_config()?;
+    // Bad pattern files fail before the GPU is touched.
+    mgbench_replay::plan_within(&config, None)?;
+    let mut device = gpu::open_device(opts.device)?;
+    let info = device.info().clone();
+    eprintln!(
+        "mgbench: CUDA device {}: {} ({} SMs, {}, compute capability {}, driver CUDA {})",
+        info.ordinal,
+        info.name,
+        info.sm_count,
+        mgbench_replay::plan::human_bytes(u128::from(info.memory_bytes)),
+        info.compute_capability,
+        info.driver_version
+    );
+    report(&config, format, true, &mut |config, on_event| {
+        gpu::replay_gpu(config, &opts, device.as_mut(), on_event)
+    })
 }
 
 /// Starts `--mpi N`: the launcher runs this same command line as N ranks.
@@ -398,6 +464,16 @@ fn report(
                 );
                 Ok(())
             }
+            Event::GpuStream(s) if format == ExportFormat::Table => out
+                .write_all(s.table().as_bytes())
+                .and_then(|_| writeln!(out)),
+            Event::GpuStream(s) => {
+                eprintln!(
+                    "mgbench: GPU STREAM copy {:.1} MB/s, triad {:.1} MB/s ({})",
+                    s.copy_mbs, s.triad_mbs, s.device.name
+                );
+                Ok(())
+            }
             Event::ResultsFiles { json, csv } => {
                 eprintln!(
                     "mgbench: results -> {} and {}",
@@ -454,6 +530,12 @@ fn report(
 }
 
 pub fn stream(args: StreamArgs) -> Result<()> {
+    if args.cuda {
+        return stream_cuda(args);
+    }
+    if args.device.is_some() {
+        bail!("--device only applies with --cuda");
+    }
     let threads = threads(args.threads)?;
     let size = match args.size {
         Some(n) => StreamSize::Elements(n),
@@ -467,6 +549,36 @@ pub fn stream(args: StreamArgs) -> Result<()> {
         .context("cannot write to stdout")?;
     if !record.validated {
         bail!("STREAM results failed validation (see notes above)");
+    }
+    Ok(())
+}
+
+/// `stream --cuda`: BabelStream on one GPU.
+fn stream_cuda(args: StreamArgs) -> Result<()> {
+    if args.threads.is_some() || args.no_pin {
+        bail!("--threads and --no-pin set CPU threads and have no effect with --cuda: drop them");
+    }
+    let size = match args.size {
+        Some(n) => StreamSize::Elements(n),
+        None => StreamSize::Auto,
+    };
+    let mut device = gpu::open_device(args.device.unwrap_or(0))?;
+    let host = mgbench_replay::record::Host::detect();
+    let record = gpu::run_gpu_stream(device.as_mut(), size, args.runs, &host)?;
+    let text = match args.format {
+        Format::Table => record.table().into_bytes(),
+        Format::Csv => record.csv().into_bytes(),
+        Format::Json => {
+            let mut v = serde_json::to_vec_pretty(&record)?;
+            v.push(b'\n');
+            v
+        }
+    };
+    std::io::stdout()
+        .write_all(&text)
+        .context("cannot write to stdout")?;
+    if !record.validated {
+        bail!("GPU STREAM results failed validation (see notes above)");
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 mod analyze;
 mod capture;
 mod common;
+mod cuda;
 mod mpi;
 mod replay;
 mod synth;

@@ -48,6 +48,14 @@ pub const REPLAY_COLUMNS: &[&str] = &[
     "mpi_scaling",
     "mpi_sum_of_rank_bandwidths_mbs",
     "mpi_rank_bandwidths_mbs",
+    "device_name",
+    "device_memory_bytes",
+    "device_sm_count",
+    "gpu_function",
+    "gpu_block",
+    "gpu_grid",
+    "sweep_factor",
+    "sweep_plateau_count",
     "host_hostname",
     "host_cpu_model",
     "host_cores",
@@ -159,6 +167,22 @@ impl Exporter for CsvExporter {
                         .collect::<Vec<_>>()
                         .join(";")
                 }),
+                r.device.as_ref().map_or(String::new(), |d| d.name.clone()),
+                opt(&r.device.as_ref().map(|d| d.memory_bytes)),
+                opt(&r.device.as_ref().map(|d| d.sm_count)),
+                r.gpu.as_ref().map_or(String::new(), |g| g.function.clone()),
+                opt(&r.gpu.as_ref().map(|g| g.block)),
+                opt(&r.gpu.as_ref().map(|g| g.grid)),
+                opt(&r
+                    .gpu
+                    .as_ref()
+                    .and_then(|g| g.sweep.as_ref())
+                    .map(|s| s.factor)),
+                opt(&r
+                    .gpu
+                    .as_ref()
+                    .and_then(|g| g.sweep.as_ref())
+                    .and_then(|s| s.plateau_count)),
             ];
             row.extend(host_cells(&r.host));
             row.push(r.mgbench_version.clone());

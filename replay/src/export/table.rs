@@ -48,6 +48,25 @@ impl TableExporter {
                 m.sum_of_rank_bandwidths_mbs
             ));
         }
+        if let Some(g) = &r.gpu {
+            let device = r.device.as_ref().map_or("GPU", |d| d.name.as_str());
+            flags.push(format!(
+                "cuda {} on {device} ({} blocks x {})",
+                g.function, g.grid, g.block
+            ));
+            if let Some(s) = &g.sweep {
+                flags.push(format!(
+                    "sweep {}/{}: count x{}{}",
+                    s.step + 1,
+                    s.steps,
+                    s.factor,
+                    match s.plateau_count {
+                        Some(c) if c == r.count => " (plateau starts)".to_string(),
+                        _ => String::new(),
+                    }
+                ));
+            }
+        }
         if let Some(a) = &r.apex {
             flags.push(format!(
                 "L={} K={} M={}: {:.2} ns/access",

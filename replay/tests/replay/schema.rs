@@ -60,6 +60,8 @@ const REPLAY_KEYS: &[&str] = &[
     "timer",
     "notes",
     "mpi",
+    "device",
+    "gpu",
     "host",
     "mgbench_version",
     "time",
