@@ -92,8 +92,12 @@ impl CudaDevice {
             });
         }
         guarded("opening the device", || {
-            let count = CudaContext::device_count().map_err(driver("counting devices"))?;
-            let count = usize::try_from(count).unwrap_or(0);
+            let count = match CudaContext::device_count() {
+                Ok(n) => usize::try_from(n).unwrap_or(0),
+                // A driver without a GPU (or with none visible: CUDA_VISIBLE_DEVICES).
+                Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => 0,
+                Err(e) => return Err(driver("counting devices")(e)),
+            };
             if ordinal >= count {
                 return Err(GpuError::NoDevice {
                     asked: ordinal,
@@ -101,6 +105,9 @@ impl CudaDevice {
                 });
             }
             let ctx = CudaContext::new(ordinal).map_err(driver("creating a context"))?;
+            // SAFETY: everything runs on one stream, so cudarc's cross-stream event tracking
+            // (an event record per buffer per launch) is not needed.
+            unsafe { ctx.disable_event_tracking() };
             let (major, minor) = ctx
                 .compute_capability()
                 .map_err(driver("reading the compute capability"))?;

@@ -462,7 +462,8 @@ pub fn stream_record(
         .collect();
     let rate = |k: usize| bandwidth_mbs(8 * STREAM_WORDS[k] * elements as u64, mins[k]);
     let (ga, gb, gc, gdot) = stream_gold(ntimes);
-    let close = |got: f64, want: f64| (got - want).abs() <= 1e-8 * want.abs().max(1e-300);
+    // Sums of 2^25 equal terms carry rounding errors of a few 1e-9 (relative).
+    let close = |got: f64, want: f64| (got - want).abs() <= 1e-7 * want.abs().max(1e-300);
     let mut notes = Vec::new();
     for (name, got, want) in [
         ("a", run.sums[0] / n, ga),
