@@ -186,6 +186,56 @@ impl Kernel {
         }
     }
 
+    /// The same kernel keeping only pattern positions `range` (clamped to the pattern): both
+    /// sides of gs, the inner pattern of multi-kernels (the outer table stays whole). Apex
+    /// has no pattern and is returned unchanged.
+    pub fn slice_indices(&self, range: std::ops::Range<usize>) -> Kernel {
+        let cut = |p: &Vec<usize>| {
+            let end = range.end.min(p.len());
+            p[range.start.min(end)..end].to_vec()
+        };
+        match self {
+            Kernel::Gather { pattern, delta } => Kernel::Gather {
+                pattern: cut(pattern),
+                delta: *delta,
+            },
+            Kernel::Scatter { pattern, delta } => Kernel::Scatter {
+                pattern: cut(pattern),
+                delta: *delta,
+            },
+            Kernel::GatherScatter {
+                gather,
+                scatter,
+                delta_gather,
+                delta_scatter,
+            } => Kernel::GatherScatter {
+                gather: cut(gather),
+                scatter: cut(scatter),
+                delta_gather: *delta_gather,
+                delta_scatter: *delta_scatter,
+            },
+            Kernel::MultiGather {
+                outer,
+                inner,
+                delta,
+            } => Kernel::MultiGather {
+                outer: outer.clone(),
+                inner: cut(inner),
+                delta: *delta,
+            },
+            Kernel::MultiScatter {
+                outer,
+                inner,
+                delta,
+            } => Kernel::MultiScatter {
+                outer: outer.clone(),
+                inner: cut(inner),
+                delta: *delta,
+            },
+            Kernel::Apex(a) => Kernel::Apex(a.clone()),
+        }
+    }
+
     /// The effective index pattern applied to the sparse buffer (for multi-kernels,
     /// `outer[inner[j]]`), with its delta; for gs, the gather side; for apex, one block
     /// (0..L) with delta 0 (its starts are random).

@@ -419,17 +419,7 @@ pub fn replay(
     on_event(Event::Planned {
         configs: planned.len(),
     });
-    let mut writer = match &config.out_dir {
-        Some(dir) => {
-            let w = ResultsWriter::create(dir, "replay")?;
-            on_event(Event::ResultsFiles {
-                json: w.json_path(),
-                csv: w.csv_path(),
-            });
-            Some(w)
-        }
-        None => None,
-    };
+    let mut writer = open_results(config, on_event)?;
     let pool = Pool::new(config.threads, config.placement)?;
     let stream = match config.stream_elements {
         Some(size) => {
@@ -458,6 +448,22 @@ pub fn replay(
         records.push(record);
     }
     Ok(records)
+}
+
+/// Creates this invocation's results files (unless `out_dir` is None) and reports them.
+pub(crate) fn open_results(
+    config: &ReplayConfig,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Result<Option<ResultsWriter>, ReplayError> {
+    let Some(dir) = &config.out_dir else {
+        return Ok(None);
+    };
+    let w = ResultsWriter::create(dir, "replay")?;
+    on_event(Event::ResultsFiles {
+        json: w.json_path(),
+        csv: w.csv_path(),
+    });
+    Ok(Some(w))
 }
 
 /// Times one planned configuration on the pool.
@@ -535,8 +541,36 @@ pub fn build_record(
     stream: Option<&StreamRecord>,
     host: &Host,
 ) -> ReplayRecord {
+    let mut r = measured_record(p, config, times, stream.map(|s| s.copy_mbs), host);
+    if p.racy {
+        r.notes.push(format!(
+            "racy by design: {} threads may write the same element, so the sparse values are \
+             undefined; the bandwidth is valid (use --atomic for well-defined values)",
+            pool.threads()
+        ));
+    }
+    if pool.is_oversubscribed() {
+        r.notes
+            .push("more threads than CPUs: bandwidth is not representative".to_string());
+    } else if !pool.is_pinned() {
+        r.notes.push("threads are not pinned".to_string());
+    }
+    r.threads = pool.threads();
+    r.pinned = pool.is_pinned();
+    r
+}
+
+/// The fields every backend fills alike: the configuration, Spatter's byte accounting, the
+/// timing summary and the STREAM comparison (`backend` "cpu", one thread, wall clock: the
+/// caller adjusts what differs).
+pub(crate) fn measured_record(
+    p: &Planned,
+    config: &ReplayConfig,
+    times: Vec<f64>,
+    stream_copy: Option<f64>,
+    host: &Host,
+) -> ReplayRecord {
     let c = &p.config;
-    let clock = WallClock;
     let summary = Summary::of(&times).unwrap_or(Summary {
         min: f64::NAN,
         median: f64::NAN,
@@ -546,20 +580,6 @@ pub fn build_record(
     let bytes = c.bytes();
     let bandwidth = bandwidth_mbs(bytes, summary.min);
     let accesses = bytes / 8;
-    let stream_copy = stream.map(|s| s.copy_mbs);
-    let mut notes = c.notes.clone();
-    if p.racy {
-        notes.push(format!(
-            "racy by design: {} threads may write the same element, so the sparse values are \
-             undefined; the bandwidth is valid (use --atomic for well-defined values)",
-            pool.threads()
-        ));
-    }
-    if pool.is_oversubscribed() {
-        notes.push("more threads than CPUs: bandwidth is not representative".to_string());
-    } else if !pool.is_pinned() {
-        notes.push("threads are not pinned".to_string());
-    }
     ReplayRecord {
         schema_version: record::SCHEMA_VERSION,
         name: c.name.clone(),
@@ -576,7 +596,7 @@ pub fn build_record(
         delta_source: c.delta_source.clone(),
         count: c.count,
         wrap: c.wrap,
-        threads: pool.threads(),
+        threads: 1,
         ranks: 1,
         bytes,
         sparse_bytes: p.footprint.sparse_bytes(),
@@ -602,9 +622,9 @@ pub fn build_record(
         pct_of_stream: stream_copy.map(|s| 100.0 * bandwidth / s),
         racy: p.racy,
         atomic: config.atomic && c.kernel.kind().is_scatter_like(),
-        pinned: pool.is_pinned(),
-        timer: clock.name().to_string(),
-        notes,
+        pinned: false,
+        timer: WallClock.name().to_string(),
+        notes: c.notes.clone(),
         mpi: None,
         device: None,
         gpu: None,

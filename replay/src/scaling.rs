@@ -122,47 +122,7 @@ pub fn share(
     } else {
         let r = static_range(len, ranks, rank);
         s.indices = [r.start, r.end];
-        let cut = |p: &Vec<usize>| p[r.clone()].to_vec();
-        out.kernel = match &c.kernel {
-            Kernel::Gather { pattern, delta } => Kernel::Gather {
-                pattern: cut(pattern),
-                delta: *delta,
-            },
-            Kernel::Scatter { pattern, delta } => Kernel::Scatter {
-                pattern: cut(pattern),
-                delta: *delta,
-            },
-            Kernel::GatherScatter {
-                gather,
-                scatter,
-                delta_gather,
-                delta_scatter,
-            } => Kernel::GatherScatter {
-                gather: cut(gather),
-                scatter: cut(scatter),
-                delta_gather: *delta_gather,
-                delta_scatter: *delta_scatter,
-            },
-            Kernel::MultiGather {
-                outer,
-                inner,
-                delta,
-            } => Kernel::MultiGather {
-                outer: outer.clone(),
-                inner: cut(inner),
-                delta: *delta,
-            },
-            Kernel::MultiScatter {
-                outer,
-                inner,
-                delta,
-            } => Kernel::MultiScatter {
-                outer: outer.clone(),
-                inner: cut(inner),
-                delta: *delta,
-            },
-            Kernel::Apex(_) => unreachable!("apex splits its blocks"),
-        };
+        out.kernel = c.kernel.slice_indices(r);
     }
     if s.elements() == 0 {
         return (None, s);

@@ -18,7 +18,6 @@ use crate::config::{Kernel, Origin, RunConfig};
 use crate::measure::{bandwidth_mbs, Summary};
 use crate::plan::{self, Footprint};
 use crate::record::{self, mgbench_version, now_rfc3339, Host, ReplayRecord};
-use crate::results::ResultsWriter;
 use crate::{Event, Planned, ReplayConfig, ReplayError, StreamSize};
 
 /// Whether this build can drive CUDA GPUs (the `cuda` feature).
@@ -269,56 +268,11 @@ pub fn kernel_function(c: &RunConfig, force_atomic: bool) -> Result<(&'static st
     })
 }
 
-/// Keeps the first `n` indices of each pattern (multi-kernels: of the inner pattern).
-pub fn truncate_kernel(kernel: &Kernel, n: usize) -> Kernel {
-    let cut = |p: &Vec<usize>| p[..p.len().min(n)].to_vec();
-    match kernel {
-        Kernel::Gather { pattern, delta } => Kernel::Gather {
-            pattern: cut(pattern),
-            delta: *delta,
-        },
-        Kernel::Scatter { pattern, delta } => Kernel::Scatter {
-            pattern: cut(pattern),
-            delta: *delta,
-        },
-        Kernel::GatherScatter {
-            gather,
-            scatter,
-            delta_gather,
-            delta_scatter,
-        } => Kernel::GatherScatter {
-            gather: cut(gather),
-            scatter: cut(scatter),
-            delta_gather: *delta_gather,
-            delta_scatter: *delta_scatter,
-        },
-        Kernel::MultiGather {
-            outer,
-            inner,
-            delta,
-        } => Kernel::MultiGather {
-            outer: outer.clone(),
-            inner: cut(inner),
-            delta: *delta,
-        },
-        Kernel::MultiScatter {
-            outer,
-            inner,
-            delta,
-        } => Kernel::MultiScatter {
-            outer: outer.clone(),
-            inner: cut(inner),
-            delta: *delta,
-        },
-        Kernel::Apex(a) => Kernel::Apex(a.clone()),
-    }
-}
-
 /// The sweep's configurations: the pattern truncated to `len` indices, then the count
 /// multiplied by 1, 2, 4 .. 512 (steps whose count would overflow are left out).
 pub fn sweep_configs(c: &RunConfig, len: usize) -> (Vec<RunConfig>, Option<usize>) {
     let before = c.kernel.pattern_len();
-    let kernel = truncate_kernel(&c.kernel, len.max(1));
+    let kernel = c.kernel.slice_indices(0..len.max(1));
     let truncated_from = (kernel.pattern_len() < before).then_some(before);
     let steps = SWEEP_FACTORS
         .iter()
@@ -499,18 +453,23 @@ pub fn stream_record(
 }
 
 impl GpuStreamRecord {
-    /// CSV: one row per kernel.
-    pub fn csv(&self) -> String {
-        let mut s = String::from(
-            "schema_version,time,backend,device_name,kernel,elements,array_bytes,ntimes,bytes,best_time_s,bandwidth_mbs,validated,mgbench_version\n",
-        );
-        let rates = [
+    /// Copy, Mul, Add, Triad, Dot rates in MB/s (the order of [`STREAM_NAMES`]).
+    pub fn rates(&self) -> [f64; 5] {
+        [
             self.copy_mbs,
             self.mul_mbs,
             self.add_mbs,
             self.triad_mbs,
             self.dot_mbs,
-        ];
+        ]
+    }
+
+    /// CSV: one row per kernel.
+    pub fn csv(&self) -> String {
+        let mut s = String::from(
+            "schema_version,time,backend,device_name,kernel,elements,array_bytes,ntimes,bytes,best_time_s,bandwidth_mbs,validated,mgbench_version\n",
+        );
+        let rates = self.rates();
         for k in 0..5 {
             s.push_str(&format!(
                 "{},{},{},\"{}\",{},{},{},{},{},{},{},{},{}\n",
@@ -544,13 +503,7 @@ impl GpuStreamRecord {
             if self.validated { "results validated" } else { "VALIDATION FAILED" }
         );
         s.push_str("Function    Best Rate MB/s     Min time\n");
-        let rates = [
-            self.copy_mbs,
-            self.mul_mbs,
-            self.add_mbs,
-            self.triad_mbs,
-            self.dot_mbs,
-        ];
+        let rates = self.rates();
         for k in 0..5 {
             s.push_str(&format!(
                 "{:<8} {:>17.1} {:>12.6}\n",
@@ -617,17 +570,7 @@ pub fn replay_gpu(
     on_event(Event::Planned {
         configs: planned.len(),
     });
-    let mut writer = match &config.out_dir {
-        Some(dir) => {
-            let w = ResultsWriter::create(dir, "replay")?;
-            on_event(Event::ResultsFiles {
-                json: w.json_path(),
-                csv: w.csv_path(),
-            });
-            Some(w)
-        }
-        None => None,
-    };
+    let mut writer = crate::open_results(config, on_event)?;
     let host = Host::detect();
     let stream = match config.stream_elements {
         Some(size) => {
@@ -833,18 +776,9 @@ fn gpu_record(
     sweep: Option<SweepStep>,
 ) -> ReplayRecord {
     let c = &p.config;
-    let summary = Summary::of(&times).unwrap_or(Summary {
-        min: f64::NAN,
-        median: f64::NAN,
-        max: f64::NAN,
-        mean: f64::NAN,
-    });
-    let bytes = c.bytes();
-    let bandwidth = bandwidth_mbs(bytes, summary.min);
-    let accesses = bytes / 8;
-    let mut notes = c.notes.clone();
+    let mut r = crate::measured_record(p, config, times, stream.map(|s| s.copy_mbs), host);
     if atomic && !config.atomic {
-        notes.push(
+        r.notes.push(
             "scatter indices repeat: ran the atomic kernel (atomicAdd), so the values are \
              well-defined; atomics may cost bandwidth"
                 .into(),
@@ -852,62 +786,25 @@ fn gpu_record(
     }
     if let Some(s) = &sweep {
         if let Some(from) = s.truncated_from {
-            notes.push(format!(
+            r.notes.push(format!(
                 "sweep: pattern truncated from {from} to {} indices",
                 c.kernel.pattern_len()
             ));
         }
     }
-    let stream_copy = stream.map(|s| s.copy_mbs);
-    ReplayRecord {
-        schema_version: record::SCHEMA_VERSION,
-        name: c.name.clone(),
-        kernel: c.kernel.kind(),
-        source: c.origin.source.clone(),
-        config_index: c.origin.index,
-        backend: "cuda".into(),
-        pattern_len: c.kernel.pattern_len(),
-        delta: c.kernel.delta(),
-        delta_scatter: match &c.kernel {
-            Kernel::GatherScatter { delta_scatter, .. } => Some(*delta_scatter),
-            _ => None,
-        },
-        delta_source: c.delta_source.clone(),
-        count: c.count,
-        wrap: c.wrap,
-        threads: job.shape.threads() as usize,
-        ranks: 1,
-        bytes,
-        sparse_bytes: p.footprint.sparse_bytes(),
-        dense_bytes: p.footprint.dense_bytes(),
-        warmup_runs: config.warmup,
-        min_time_s: summary.min,
-        median_time_s: summary.median,
-        run_times_s: times,
-        bandwidth_mbs: bandwidth,
-        accesses,
-        accesses_per_s: accesses as f64 / summary.min,
-        ns_per_access: summary.min * 1e9 / accesses as f64,
-        apex: None,
-        stream_copy_mbs: stream_copy,
-        pct_of_stream: stream_copy.map(|s| 100.0 * bandwidth / s),
-        racy: false,
-        atomic,
-        pinned: false,
-        timer: "cuda-event".into(),
-        notes,
-        mpi: None,
-        device: Some(device.clone()),
-        gpu: Some(GpuRun {
-            function: job.function.to_string(),
-            block: job.shape.block,
-            grid: job.shape.grid,
-            sweep,
-        }),
-        host: host.clone(),
-        mgbench_version: mgbench_version(),
-        time: now_rfc3339(),
-    }
+    r.backend = "cuda".into();
+    r.threads = job.shape.threads() as usize;
+    r.racy = false;
+    r.atomic = atomic;
+    r.timer = "cuda-event".into();
+    r.device = Some(device.clone());
+    r.gpu = Some(GpuRun {
+        function: job.function.to_string(),
+        block: job.shape.block,
+        grid: job.shape.grid,
+        sweep,
+    });
+    r
 }
 
 /// Kernel functions the host launches, per source file (tests check the sources define them).
