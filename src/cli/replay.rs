@@ -342,9 +342,14 @@ pub fn replay(args: ReplayArgs) -> Result<i32> {
                 return Err(ReplayError::NoMpi.into());
             }
             // Rank 0 reports; the other ranks print nothing.
-            let result = report(&config, format, env.rank == 0, &mut |config, on_event| {
-                run_rank(config, scaling, env.launcher, asked, on_event)
-            });
+            let place = format!("{} thread(s) per rank", config.threads);
+            let result = report(
+                &config,
+                format,
+                env.rank == 0,
+                &place,
+                &mut |config, on_event| run_rank(config, scaling, env.launcher, asked, on_event),
+            );
             match result {
                 // Rank 0 reports every rank's failure and exits 1, which is the job's status.
                 // The other ranks end quietly with status 0: mpirun tears the job down as soon
@@ -353,9 +358,13 @@ pub fn replay(args: ReplayArgs) -> Result<i32> {
                 other => other.map(|()| 0),
             }
         }
-        _ => report(&config, format, true, &mut |config, on_event| {
-            mgbench_replay::replay(config, on_event)
-        })
+        _ => report(
+            &config,
+            format,
+            true,
+            &format!("{} thread(s)", config.threads),
+            &mut |config, on_event| mgbench_replay::replay(config, on_event),
+        )
         .map(|()| 0),
     }
 }
@@ -393,7 +402,8 @@ fn replay_cuda(args: ReplayArgs) -> Result<()> {
         info.compute_capability,
         info.driver_version
     );
-    report(&config, format, true, &mut |config, on_event| {
+    let place = format!("CUDA device {}", info.ordinal);
+    report(&config, format, true, &place, &mut |config, on_event| {
         gpu::replay_gpu(config, &opts, device.as_mut(), on_event)
     })
 }
@@ -449,6 +459,7 @@ fn report(
     config: &ReplayConfig,
     format: ExportFormat,
     print: bool,
+    place: &str,
     run: &mut Runner<'_>,
 ) -> Result<()> {
     let stdout = std::io::stdout();
@@ -458,10 +469,7 @@ fn report(
         let mut out = stdout.lock();
         let res = match event {
             Event::Planned { configs } => {
-                eprintln!(
-                    "mgbench: {configs} pattern config(s) checked; {} thread(s)",
-                    config.threads
-                );
+                eprintln!("mgbench: {configs} pattern config(s) checked; {place}");
                 Ok(())
             }
             Event::GpuStream(s) if format == ExportFormat::Table => out
