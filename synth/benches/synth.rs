@@ -102,9 +102,36 @@ fn main() {
     let path =
         std::env::temp_dir().join(format!("mgbench-synth-bench-{}.mgbt", std::process::id()));
     generate(&path, n);
+    // `--profile`: only the single-threaded synthesis (for perf).
+    let profile = std::env::args().any(|a| a == "--profile");
+    // Reference in the same run: reading and decoding alone, on one thread.
+    let mut times = Vec::new();
+    let mut n_read = 0u64;
+    for _ in 0..if profile { 0 } else { 5 } {
+        let t = Instant::now();
+        let f = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(&path).unwrap());
+        let r = mgbench_capture::trace::TraceReader::open(f).unwrap();
+        n_read = 0;
+        mgbench_capture::trace::parallel::for_each_frame(r, 1, |f| {
+            if let mgbench_capture::trace::Frame::Chunk(c) = f {
+                n_read += c.accesses.len() as u64;
+            }
+        })
+        .unwrap();
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    if !profile {
+        println!(
+            "decode only: {n_read} accesses, 1 thread: median {:.3} s of 5 -> {:.1} M records/s",
+            times[2],
+            n_read as f64 / times[2] / 1e6
+        );
+    }
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut r = None;
-    for threads in [1, all] {
+    let counts: &[usize] = if profile { &[1] } else { &[1, all] };
+    for &threads in counts {
         let cfg = SynthConfig {
             keep_unsymbolized: true,
             threads,

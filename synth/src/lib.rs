@@ -244,17 +244,28 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     let p = path.display().to_string();
 
     // Pass 1: windows over every access, recording likely candidates as it goes.
-    let mut windows = Windows::new(cfg.window_rows, cfg.row_bytes).with_speculation(
-        cfg.max_pattern,
-        cfg.oob_distance,
-        SPECULATION_BUDGET.max(cfg.top * 2),
-    );
+    // Filter 5 is decided in pass 1 when its threshold is small enough to track exactly.
+    let prefilter = cfg.min_unique_distances <= window::MAX_PREFILTER_DISTANCES;
+    let mut windows = Windows::new(cfg.window_rows, cfg.row_bytes)
+        .with_speculation(
+            cfg.max_pattern,
+            cfg.oob_distance,
+            SPECULATION_BUDGET.max(cfg.top * 2),
+        )
+        .with_distance_stats(
+            if prefilter {
+                cfg.min_unique_distances
+            } else {
+                0
+            },
+            cfg.oob_distance,
+        );
     let (meta, mappings, damage) = for_each_chunk(path, cfg, |c| {
         for a in &c.accesses {
             windows.push(a);
         }
     })?;
-    let (stats, accesses, mut spec) = windows.finish();
+    let (stats, accesses, mut spec, dists) = windows.finish_with_distances();
     if let Some((offset, reason)) = &damage {
         if !cfg.allow_damaged {
             return Err(SynthError::Damaged {
@@ -337,14 +348,28 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     let mut recorders: HashMap<(u64, bool), (usize, Recorder, u64), fasthash::Build> =
         HashMap::default();
     let mut need_pass2 = false;
-    for (i, (c, st)) in candidates.iter().enumerate() {
+    for (i, (c, st)) in candidates.iter_mut().enumerate() {
         if c.verdict != Verdict::Kept {
             continue;
         }
         let kind = usize::from(c.kind == PatternKind::Scatter);
-        let slot = &mut spec[ids[&st.ip]][kind];
+        let id = ids[&st.ip];
+        if prefilter {
+            // Filter 5 from pass 1's exact numbers: a dropped candidate needs no recording.
+            let d = &dists[id][kind];
+            let far = d.far_fraction(c.instances);
+            if d.unique() < cfg.min_unique_distances && far < 0.5 {
+                c.verdict = Verdict::FewDistances {
+                    unique_distances: d.unique(),
+                    min: cfg.min_unique_distances,
+                    oob_fraction: far,
+                };
+                continue;
+            }
+        }
+        let slot = &mut spec[id][kind];
         let rec = match std::mem::replace(slot, window::Speculation::Dropped) {
-            window::Speculation::Recording(r) => r,
+            window::Speculation::Recording(r) => *r,
             _ => {
                 need_pass2 = true;
                 Recorder::new(cfg.max_pattern, cfg.oob_distance)

@@ -23,9 +23,10 @@ pub enum Speculation {
     /// Not started (no access of this kind yet).
     None,
     /// Recording since the first access; decided when its first window is analysed.
-    Pending(Recorder),
+    /// (Boxed: the per-instruction table stays small, so checking the state is one load.)
+    Pending(Box<Recorder>),
     /// Its first window was irregular: recording every index since instance 0.
-    Recording(Recorder),
+    Recording(Box<Recorder>),
     /// Regular in its first window, or over the budget: pass 2 records it if it is kept.
     Dropped,
 }
@@ -44,6 +45,56 @@ pub struct IpStats {
     pub element_size: u8,
 }
 
+/// Most distinct distances [`DistStats`] tracks: filter 5 can be decided in pass 1 when
+/// `--min-unique-distances` is at most this.
+pub const MAX_PREFILTER_DISTANCES: usize = 8;
+
+/// Filter 5's numbers for one (instruction, kind) over its whole stream, gathered in pass 1
+/// so that candidates the filter drops need no recording (and no second pass): how many
+/// distances are far (|d| >= the oob distance) and the first few distinct distances.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DistStats {
+    last: u64,
+    pub far: u64,
+    distinct: [i64; MAX_PREFILTER_DISTANCES],
+    /// Distinct distances seen, up to the tracking limit.
+    pub distinct_len: u8,
+}
+
+impl DistStats {
+    #[inline(always)]
+    fn push(&mut self, index: u64, first: bool, oob: u64, limit: usize) {
+        if !first {
+            let d = index.wrapping_sub(self.last) as i64;
+            self.far += u64::from(d.unsigned_abs() >= oob);
+            let n = usize::from(self.distinct_len);
+            // Strided streams repeat their last distance: skip the scan then.
+            if n < limit
+                && (n == 0 || self.distinct[n - 1] != d)
+                && !self.distinct[..n].contains(&d)
+            {
+                self.distinct[n] = d;
+                self.distinct_len += 1;
+            }
+        }
+        self.last = index;
+    }
+
+    /// Distinct distances, exact while below the tracking limit.
+    pub fn unique(&self) -> usize {
+        usize::from(self.distinct_len)
+    }
+
+    /// Fraction of the `instances - 1` distances that are far.
+    pub fn far_fraction(&self, instances: u64) -> f64 {
+        if instances <= 1 {
+            0.0
+        } else {
+            self.far as f64 / (instances - 1) as f64
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Row {
     id: u32,
@@ -57,8 +108,8 @@ struct Row {
 struct Window {
     generation: u32,
     /// Per instruction id: generation of its current row, and its row index.
-    row_gen: Vec<u32>,
-    row_idx: Vec<u32>,
+    /// (generation, row index), side by side: one cache line per lookup.
+    row_of: Vec<(u32, u32)>,
     rows: Vec<Row>,
 }
 
@@ -66,8 +117,7 @@ impl Window {
     fn new() -> Window {
         Window {
             generation: 1,
-            row_gen: Vec::new(),
-            row_idx: Vec::new(),
+            row_of: Vec::new(),
             rows: Vec::new(),
         }
     }
@@ -92,13 +142,17 @@ pub struct Windows {
     pub flushes: u64,
     /// Per instruction id and kind (0 loads, 1 stores).
     pub spec: Vec<[Speculation; 2]>,
+    /// Per instruction id and kind: filter 5's numbers (when `dist_limit` > 0).
+    pub dists: Vec<[DistStats; 2]>,
+    dist_limit: usize,
     spec_cap: usize,
     spec_oob: u64,
     spec_budget: usize,
     spec_kept: usize,
 }
 
-const CACHE_BITS: u32 = 8;
+/// 4096 entries (64 KiB): programs cycle over hundreds to thousands of memory instructions.
+const CACHE_BITS: u32 = 12;
 
 impl Windows {
     pub fn new(rows_per_window: usize, row_bytes: usize) -> Windows {
@@ -112,6 +166,8 @@ impl Windows {
             accesses: 0,
             flushes: 0,
             spec: Vec::new(),
+            dists: Vec::new(),
+            dist_limit: 0,
             spec_cap: 0,
             spec_oob: 0,
             spec_budget: 0,
@@ -124,6 +180,14 @@ impl Windows {
         self.spec_cap = cap;
         self.spec_oob = oob_distance;
         self.spec_budget = budget;
+        self
+    }
+
+    /// Tracks filter 5's numbers per (instruction, kind): up to `limit` distinct distances
+    /// (at most [`MAX_PREFILTER_DISTANCES`]) and how many are at least `oob_distance` long.
+    pub fn with_distance_stats(mut self, limit: usize, oob_distance: u64) -> Windows {
+        self.dist_limit = limit.min(MAX_PREFILTER_DISTANCES);
+        self.spec_oob = oob_distance;
         self
     }
 
@@ -143,10 +207,10 @@ impl Windows {
                 ..IpStats::default()
             });
             for w in &mut self.windows {
-                w.row_gen.push(0);
-                w.row_idx.push(0);
+                w.row_of.push((0, 0));
             }
             self.spec.push([Speculation::None, Speculation::None]);
+            self.dists.push([DistStats::default(); 2]);
         }
         self.cache[slot] = (ip, id);
         id
@@ -158,22 +222,31 @@ impl Windows {
         self.accesses += 1;
         let id = self.id(a.ip, a.size);
         let st = &mut self.stats[id as usize];
-        let w = match a.kind {
+        let (w, first) = match a.kind {
             AccessKind::Load => {
                 st.loads += 1;
-                0
+                (0, st.loads == 1)
             }
             AccessKind::Store => {
                 st.stores += 1;
-                1
+                (1, st.stores == 1)
             }
         };
         let size = u64::from(st.element_size);
-        let index = a.addr / size;
+        // A 64-bit division costs more than the rest of this function: element sizes are
+        // nearly always powers of two.
+        let index = if size.is_power_of_two() {
+            a.addr >> size.trailing_zeros()
+        } else {
+            a.addr / size
+        };
+        if self.dist_limit > 0 {
+            self.dists[id as usize][w].push(index, first, self.spec_oob, self.dist_limit);
+        }
         if self.spec_budget > 0 {
             match &mut self.spec[id as usize][w] {
                 s @ Speculation::None => {
-                    let mut r = Recorder::new(self.spec_cap, self.spec_oob);
+                    let mut r = Box::new(Recorder::new(self.spec_cap, self.spec_oob));
                     r.push(index);
                     *s = Speculation::Pending(r);
                 }
@@ -182,15 +255,14 @@ impl Windows {
             }
         }
         let win = &self.windows[w];
-        let has_row = win.row_gen[id as usize] == win.generation;
+        let has_row = win.row_of[id as usize].0 == win.generation;
         if !has_row && win.rows.len() >= self.rows_per_window {
             self.flush();
         }
         let win = &mut self.windows[w];
-        if win.row_gen[id as usize] != win.generation {
+        if win.row_of[id as usize].0 != win.generation {
             let cap = (self.row_bytes as u64 / size).max(1) as u32;
-            win.row_gen[id as usize] = win.generation;
-            win.row_idx[id as usize] = win.rows.len() as u32;
+            win.row_of[id as usize] = (win.generation, win.rows.len() as u32);
             win.rows.push(Row {
                 id,
                 len: 1,
@@ -203,7 +275,7 @@ impl Windows {
             }
             return;
         }
-        let row = &mut win.rows[win.row_idx[id as usize] as usize];
+        let row = &mut win.rows[win.row_of[id as usize].1 as usize];
         let d = index.wrapping_sub(row.last) as i64;
         if !(-1..=1).contains(&d) {
             row.irregular = true;
@@ -253,6 +325,20 @@ impl Windows {
         self.flush();
         (self.stats, self.accesses, self.spec)
     }
+
+    /// Like [`Windows::finish`], also returning the filter-5 numbers per id and kind.
+    #[allow(clippy::type_complexity)]
+    pub fn finish_with_distances(
+        mut self,
+    ) -> (
+        Vec<IpStats>,
+        u64,
+        Vec<[Speculation; 2]>,
+        Vec<[DistStats; 2]>,
+    ) {
+        self.flush();
+        (self.stats, self.accesses, self.spec, self.dists)
+    }
 }
 
 #[cfg(test)]
@@ -286,6 +372,21 @@ mod tests {
         // 8 entries of 8 bytes per row: about one window per 8 accesses of the hottest ip.
         assert!(by_ip(0x30).gather_windows > 1000);
         assert_eq!(by_ip(0x30).scatter_windows, 0);
+    }
+
+    #[test]
+    fn distance_stats_count_distinct_up_to_the_limit_and_far_jumps() {
+        let mut w = Windows::new(1024, 64).with_distance_stats(3, 100);
+        for i in [0u64, 1, 2, 3, 500, 501, 0, 1, 7] {
+            w.push(&load(0x10, i));
+        }
+        let (stats, _, _, dists) = w.finish_with_distances();
+        let d = &dists[0][0];
+        // Distances 1, 1, 1, 497, 1, -501, 1, 6: distinct {1, 497, -501, 6}, tracked to 3.
+        assert_eq!(d.unique(), 3);
+        assert_eq!(d.far, 2);
+        assert_eq!(d.far_fraction(stats[0].loads), 2.0 / 8.0);
+        assert_eq!(dists[0][1].unique(), 0);
     }
 
     #[test]

@@ -70,6 +70,28 @@ impl<'a> Cursor<'a> {
 
     #[inline(never)]
     fn u64_slow(&mut self) -> Option<u64> {
+        // Longer values: up to 8 bytes (56 bits) at once from one little-endian word. The
+        // first byte without a continuation bit ends the value; the 7-bit groups are then
+        // packed together in three shift-and-mask steps.
+        let p = self.pos;
+        if let Some(w) = self.bytes.get(p..p + 8) {
+            let word = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+            let ends = !word & 0x8080_8080_8080_8080;
+            if ends != 0 {
+                let len = (ends.trailing_zeros() as usize + 1) / 8;
+                let keep = if len == 8 {
+                    u64::MAX
+                } else {
+                    (1u64 << (8 * len)) - 1
+                };
+                let mut x = word & keep & 0x7f7f_7f7f_7f7f_7f7f;
+                x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
+                x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
+                x = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
+                self.pos = p + len;
+                return Some(x);
+            }
+        }
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.u8()?;
@@ -123,6 +145,34 @@ mod tests {
         }
         assert!(c.is_empty());
         assert_eq!(c.u8(), None);
+    }
+
+    #[test]
+    fn every_length_decodes_with_and_without_a_full_word_after_it() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for bits in 0..=64u32 {
+            for _ in 0..20 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let v = if bits == 0 {
+                    0
+                } else {
+                    (x >> (64 - bits)) | (1u64 << (bits - 1))
+                };
+                // Then 0..10 trailing bytes, so values end both inside a readable word and
+                // near the end of the buffer.
+                for tail in 0..10 {
+                    let mut out = Vec::new();
+                    put_u64(&mut out, v);
+                    let n = out.len();
+                    out.extend(std::iter::repeat_n(0x01u8, tail));
+                    let mut c = Cursor::new(&out);
+                    assert_eq!(c.u64(), Some(v), "{v:#x} tail {tail}");
+                    assert_eq!(c.position(), n);
+                }
+            }
+        }
     }
 
     #[test]
