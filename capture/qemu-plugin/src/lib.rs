@@ -486,28 +486,9 @@ fn note_mappings(p: &Plugin, vaddr: u64) {
 }
 
 fn read_proc_maps() -> Vec<Mapping> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter_map(|line| {
-            let mut f = line.split_whitespace();
-            let range = f.next()?;
-            let perms = f.next()?.to_string();
-            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-            let _dev = f.next()?;
-            let _inode = f.next()?;
-            let path = f.collect::<Vec<_>>().join(" ");
-            let (s, e) = range.split_once('-')?;
-            Some(Mapping {
-                start: u64::from_str_radix(s, 16).ok()?,
-                end: u64::from_str_radix(e, 16).ok()?,
-                offset,
-                path,
-                perms,
-            })
-        })
-        .collect()
+    std::fs::read_to_string("/proc/self/maps")
+        .map(|text| Mapping::parse_proc_maps(&text))
+        .unwrap_or_default()
 }
 
 /// QEMU's meminfo values are few (size x load/store x sign x MMU index): decode each distinct

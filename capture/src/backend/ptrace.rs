@@ -155,28 +155,9 @@ fn options(attached: bool) -> Options {
 }
 
 fn read_maps(pid: Pid) -> Vec<Mapping> {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter_map(|line| {
-            let mut f = line.split_whitespace();
-            let range = f.next()?;
-            let perms = f.next()?.to_string();
-            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-            let _dev = f.next()?;
-            let _inode = f.next()?;
-            let path = f.collect::<Vec<_>>().join(" ");
-            let (s, e) = range.split_once('-')?;
-            Some(Mapping {
-                start: u64::from_str_radix(s, 16).ok()?,
-                end: u64::from_str_radix(e, 16).ok()?,
-                offset,
-                path,
-                perms,
-            })
-        })
-        .collect()
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map(|text| Mapping::parse_proc_maps(&text))
+        .unwrap_or_default()
 }
 
 fn is_ret(d: &Decoded) -> bool {

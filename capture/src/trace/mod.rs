@@ -96,6 +96,31 @@ pub struct Mapping {
     pub perms: String,
 }
 
+impl Mapping {
+    /// Parses the text of `/proc/PID/maps` (lines that do not parse are skipped).
+    pub fn parse_proc_maps(text: &str) -> Vec<Mapping> {
+        text.lines()
+            .filter_map(|line| {
+                let mut f = line.split_whitespace();
+                let range = f.next()?;
+                let perms = f.next()?.to_string();
+                let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+                let _dev = f.next()?;
+                let _inode = f.next()?;
+                let path = f.collect::<Vec<_>>().join(" ");
+                let (s, e) = range.split_once('-')?;
+                Some(Mapping {
+                    start: u64::from_str_radix(s, 16).ok()?,
+                    end: u64::from_str_radix(e, 16).ok()?,
+                    offset,
+                    path,
+                    perms,
+                })
+            })
+            .collect()
+    }
+}
+
 /// How accesses were chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "lowercase")]
@@ -161,4 +186,30 @@ pub struct EndInfo {
     pub skipped: u64,
     /// Errors met while capturing (a full disk, lost frames).
     pub errors: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mapping;
+
+    #[test]
+    fn proc_maps_lines_parse_and_junk_is_skipped() {
+        let text = "\
+55d0c0a00000-55d0c0a21000 r-xp 00001000 fd:01 1234   /usr/bin/my app
+7ffd1000-7ffd2000 rw-p 00000000 00:00 0 \n\
+not a mapping line\n";
+        let m = Mapping::parse_proc_maps(text);
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            m[0],
+            Mapping {
+                start: 0x55d0c0a00000,
+                end: 0x55d0c0a21000,
+                offset: 0x1000,
+                path: "/usr/bin/my app".into(),
+                perms: "r-xp".into(),
+            }
+        );
+        assert_eq!((m[1].start, m[1].path.as_str()), (0x7ffd1000, ""));
+    }
 }
