@@ -81,6 +81,22 @@ pub enum ProgramExit {
 }
 
 impl ProgramExit {
+    /// The exit code, if the program exited.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            ProgramExit::Code(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The signal that killed the program, if one did.
+    pub fn signal(self) -> Option<i32> {
+        match self {
+            ProgramExit::Signal(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The exit status a shell would report.
     pub fn shell_status(self) -> i32 {
         match self {

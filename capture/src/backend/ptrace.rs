@@ -606,14 +606,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     w.flush().map_err(out_err)?;
     drop(w);
     let end = EndInfo {
-        exit_code: match exit {
-            ProgramExit::Code(c) => Some(c),
-            _ => None,
-        },
-        signal: match exit {
-            ProgramExit::Signal(s) => Some(s),
-            _ => None,
-        },
+        exit_code: exit.code(),
+        signal: exit.signal(),
         interrupted: interrupted.is_some(),
         recorded: summary.accesses,
         skipped: 0,

@@ -184,14 +184,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
 
     let mut warnings = Vec::new();
     let mut end = EndInfo {
-        exit_code: match exit {
-            ProgramExit::Code(c) => Some(c),
-            _ => None,
-        },
-        signal: match exit {
-            ProgramExit::Signal(s) => Some(s),
-            _ => None,
-        },
+        exit_code: exit.code(),
+        signal: exit.signal(),
         interrupted: interrupted.is_some(),
         ..EndInfo::default()
     };
