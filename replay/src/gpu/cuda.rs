@@ -7,8 +7,8 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchConfig,
-    PushKernelArg,
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchArgs,
+    LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::{CompileError, CompileOptions};
 
@@ -220,6 +220,18 @@ impl CudaDevice {
     }
 }
 
+/// Launches a kernel whose arguments are pushed.
+///
+/// # Safety
+/// The arguments must match the kernel's parameters, and every buffer must be large enough for
+/// the indices the launch computes.
+unsafe fn launch(b: &mut LaunchArgs<'_>, cfg: LaunchConfig) -> Result<(), GpuError> {
+    // SAFETY: the caller's contract.
+    unsafe { b.launch(cfg) }
+        .map(|_| ())
+        .map_err(driver("launching a kernel"))
+}
+
 fn config(grid: u32, block: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (grid, 1, 1),
@@ -263,28 +275,21 @@ impl CudaDevice {
         let wrap = c.wrap.max(1) as u64;
         let mut sparse = self.zeros(fp.sparse_elems)?;
         self.fill(&mut sparse, 1.0)?;
-        let times = match &c.kernel {
-            Kernel::Gather { pattern, delta } | Kernel::Scatter { pattern, delta } => {
-                let mut dense = self.zeros(fp.dense_elems_per_thread)?;
-                self.fill(&mut dense, 2.0)?;
-                let idx = self.indices(pattern)?;
-                let delta = *delta as u64;
-                let gather = matches!(c.kernel, Kernel::Gather { .. });
-                self.timed(job.warmup, job.nruns, &mut || {
-                    let mut b = self.stream.launch_builder(&f);
-                    if gather {
-                        b.arg(&mut dense).arg(&sparse);
-                    } else {
-                        b.arg(&mut sparse).arg(&dense);
-                    }
-                    b.arg(&idx).arg(&len).arg(&delta).arg(&count).arg(&wrap);
-                    // SAFETY: the arguments match gather/scatter(_atomic) in spatter.cu, and
-                    // the buffers hold the footprint plan::footprint computed for them.
-                    unsafe { b.launch(cfg) }
-                        .map(|_| ())
-                        .map_err(driver("launching a kernel"))
-                })?
-            }
+        // Gather, scatter and the multi-kernels take (dense, sparse) or (sparse, dense), their
+        // index tables (the pattern; or outer, inner), then len, delta, count, wrap.
+        let (tables, delta, gather): (Vec<&[usize]>, usize, bool) = match &c.kernel {
+            Kernel::Gather { pattern, delta } => (vec![pattern], *delta, true),
+            Kernel::Scatter { pattern, delta } => (vec![pattern], *delta, false),
+            Kernel::MultiGather {
+                outer,
+                inner,
+                delta,
+            } => (vec![outer, inner], *delta, true),
+            Kernel::MultiScatter {
+                outer,
+                inner,
+                delta,
+            } => (vec![outer, inner], *delta, false),
             Kernel::GatherScatter {
                 gather,
                 scatter,
@@ -295,7 +300,7 @@ impl CudaDevice {
                 let pg = self.indices(gather)?;
                 let ps = self.indices(scatter)?;
                 let (dg, ds) = (*delta_gather as u64, *delta_scatter as u64);
-                self.timed(job.warmup, job.nruns, &mut || {
+                return self.timed(job.warmup, job.nruns, &mut || {
                     let mut b = self.stream.launch_builder(&f);
                     b.arg(&mut sparse_s)
                         .arg(&sparse)
@@ -306,46 +311,8 @@ impl CudaDevice {
                         .arg(&dg)
                         .arg(&count);
                     // SAFETY: matches gs(_atomic) in spatter.cu; buffers sized by the plan.
-                    unsafe { b.launch(cfg) }
-                        .map(|_| ())
-                        .map_err(driver("launching a kernel"))
-                })?
-            }
-            Kernel::MultiGather {
-                outer,
-                inner,
-                delta,
-            }
-            | Kernel::MultiScatter {
-                outer,
-                inner,
-                delta,
-            } => {
-                let mut dense = self.zeros(fp.dense_elems_per_thread)?;
-                self.fill(&mut dense, 2.0)?;
-                let o = self.indices(outer)?;
-                let i = self.indices(inner)?;
-                let delta = *delta as u64;
-                let gather = matches!(c.kernel, Kernel::MultiGather { .. });
-                self.timed(job.warmup, job.nruns, &mut || {
-                    let mut b = self.stream.launch_builder(&f);
-                    if gather {
-                        b.arg(&mut dense).arg(&sparse);
-                    } else {
-                        b.arg(&mut sparse).arg(&dense);
-                    }
-                    b.arg(&o)
-                        .arg(&i)
-                        .arg(&len)
-                        .arg(&delta)
-                        .arg(&count)
-                        .arg(&wrap);
-                    // SAFETY: matches multigather/multiscatter(_atomic); buffers sized by the
-                    // plan.
-                    unsafe { b.launch(cfg) }
-                        .map(|_| ())
-                        .map_err(driver("launching a kernel"))
-                })?
+                    unsafe { launch(&mut b, cfg) }
+                });
             }
             Kernel::Apex(_) => {
                 return Err(GpuError::Driver {
@@ -354,7 +321,28 @@ impl CudaDevice {
                 })
             }
         };
-        Ok(times)
+        let mut dense = self.zeros(fp.dense_elems_per_thread)?;
+        self.fill(&mut dense, 2.0)?;
+        let tables = tables
+            .into_iter()
+            .map(|t| self.indices(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let delta = delta as u64;
+        self.timed(job.warmup, job.nruns, &mut || {
+            let mut b = self.stream.launch_builder(&f);
+            if gather {
+                b.arg(&mut dense).arg(&sparse);
+            } else {
+                b.arg(&mut sparse).arg(&dense);
+            }
+            for t in &tables {
+                b.arg(t);
+            }
+            b.arg(&len).arg(&delta).arg(&count).arg(&wrap);
+            // SAFETY: matches gather/scatter/multigather/multiscatter(_atomic) in spatter.cu,
+            // and the buffers hold the footprint plan::footprint computed for them.
+            unsafe { launch(&mut b, cfg) }
+        })
     }
 
     fn babelstream(&self, elements: usize, ntimes: usize) -> Result<StreamRun, GpuError> {
