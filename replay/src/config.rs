@@ -304,6 +304,27 @@ impl RunConfig {
     }
 }
 
+#[cfg(test)]
+impl RunConfig {
+    /// A configuration for unit tests: wrap 1, one run, origin "t" #0, no notes.
+    pub(crate) fn test(kernel: Kernel, count: usize) -> RunConfig {
+        RunConfig {
+            name: "t".into(),
+            kernel,
+            count,
+            wrap: 1,
+            nruns: 1,
+            local_work_size: None,
+            origin: Origin {
+                source: "t".into(),
+                index: 0,
+            },
+            delta_source: "config".into(),
+            notes: vec![],
+        }
+    }
+}
+
 /// Values that apply to every config unless the config says otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Defaults {

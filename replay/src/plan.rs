@@ -232,22 +232,11 @@ pub fn scatter_may_race(config: &RunConfig, threads: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Origin;
 
     fn cfg(kernel: Kernel, count: usize, wrap: usize) -> RunConfig {
         RunConfig {
-            name: "t".into(),
-            kernel,
-            count,
             wrap,
-            nruns: 1,
-            local_work_size: None,
-            origin: Origin {
-                source: "t".into(),
-                index: 0,
-            },
-            delta_source: "config".into(),
-            notes: vec![],
+            ..RunConfig::test(kernel, count)
         }
     }
 

@@ -432,28 +432,10 @@ fn aggregate_record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Origin;
-
-    fn cfg(kernel: Kernel, count: usize) -> RunConfig {
-        RunConfig {
-            name: "t".into(),
-            kernel,
-            count,
-            wrap: 1,
-            nruns: 1,
-            local_work_size: None,
-            origin: Origin {
-                source: "t".into(),
-                index: 0,
-            },
-            delta_source: "config".into(),
-            notes: vec![],
-        }
-    }
 
     #[test]
     fn strong_shares_cover_the_work_once() {
-        let gather = cfg(
+        let gather = RunConfig::test(
             Kernel::Gather {
                 pattern: (0..10).collect(),
                 delta: 8,
@@ -511,7 +493,7 @@ mod tests {
 
     #[test]
     fn empty_shares_have_no_config() {
-        let tiny = cfg(
+        let tiny = RunConfig::test(
             Kernel::Scatter {
                 pattern: vec![0, 1],
                 delta: 2,

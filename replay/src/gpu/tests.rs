@@ -97,23 +97,6 @@ fn config(inputs: Vec<Input>, stream: bool) -> ReplayConfig {
     c
 }
 
-fn run_config(kernel: Kernel, count: usize) -> RunConfig {
-    RunConfig {
-        name: "t".into(),
-        kernel,
-        count,
-        wrap: 1,
-        nruns: 3,
-        local_work_size: None,
-        origin: Origin {
-            source: "t.json".into(),
-            index: 0,
-        },
-        delta_source: "config".into(),
-        notes: vec![],
-    }
-}
-
 #[test]
 fn launch_shape_defaults_caps_and_refuses_bad_block_sizes() {
     // One thread per element while that is below four full waves of every SM.
@@ -182,7 +165,7 @@ fn repeated_writes_are_detected_exactly() {
 #[test]
 fn kernel_functions_follow_kind_and_repeats() {
     let f = |k: Kernel, count: usize, atomic: bool| {
-        kernel_function(&run_config(k, count), atomic).map(|(name, _)| name)
+        kernel_function(&RunConfig::test(k, count), atomic).map(|(name, _)| name)
     };
     let g = Kernel::Gather {
         pattern: vec![0, 0],
@@ -229,7 +212,7 @@ fn kernel_functions_follow_kind_and_repeats() {
 
 #[test]
 fn sweep_truncates_then_expands_count() {
-    let c = run_config(
+    let c = RunConfig::test(
         Kernel::Gather {
             pattern: (0..1000).collect(),
             delta: 1000,
@@ -247,7 +230,7 @@ fn sweep_truncates_then_expands_count() {
         assert_eq!(s.bytes(), 8 * 256 * s.count as u64);
     }
     // Short patterns stay whole; multi-kernels keep the outer table and cut the inner one.
-    let m = run_config(
+    let m = RunConfig::test(
         Kernel::MultiGather {
             outer: vec![0, 10, 20, 30],
             inner: vec![3, 2, 1, 0],
@@ -261,7 +244,7 @@ fn sweep_truncates_then_expands_count() {
     let (_, from) = sweep_configs(&m, 256);
     assert_eq!(from, None);
     // Counts that would overflow are left out.
-    let big = run_config(
+    let big = RunConfig::test(
         Kernel::Gather {
             pattern: vec![0],
             delta: 0,
