@@ -185,24 +185,14 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
         path: p.clone(),
         cause,
     })?;
-    if let Some(d) = &damage {
-        if !cfg.allow_damaged {
-            return Err(SynthError::Damaged {
-                path: p,
-                offset: d.offset,
-                reason: d.reason.clone(),
-                recovered: accesses,
-            });
-        }
-    }
-    if accesses == 0 {
-        let why = match (&meta.roi, cfg.thread) {
-            (_, Some(t)) => format!(" for thread {t}"),
-            (Some(roi), _) => format!(" (its ROI {} was never entered)", roi.functions.join(", ")),
-            _ => String::new(),
-        };
-        return Err(SynthError::Empty { path: p, why });
-    }
+    crate::check_read(
+        &p,
+        damage.as_ref().map(|d| (d.offset, d.reason.as_str())),
+        cfg.allow_damaged,
+        accesses,
+        &meta,
+        cfg.thread,
+    )?;
     let skipped = skipped.max(end_skipped);
     let rho = if recorded == 0 {
         1.0

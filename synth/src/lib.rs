@@ -210,6 +210,40 @@ fn for_each_chunk(
     Ok((meta, maps, damage.map(|d| (d.offset, d.reason))))
 }
 
+/// What every full read of a trace ends with: a damaged trace is an error unless damage is
+/// allowed, and so is a read that found no accesses (saying why, when it can).
+pub(crate) fn check_read(
+    path: &str,
+    damage: Option<(u64, &str)>,
+    allow_damaged: bool,
+    accesses: u64,
+    meta: &TraceMeta,
+    thread: Option<u32>,
+) -> Result<(), SynthError> {
+    if let Some((offset, reason)) = damage {
+        if !allow_damaged {
+            return Err(SynthError::Damaged {
+                path: path.to_string(),
+                offset,
+                reason: reason.to_string(),
+                recovered: accesses,
+            });
+        }
+    }
+    if accesses == 0 {
+        let why = match (&meta.roi, thread) {
+            (_, Some(t)) => format!(" for thread {t}"),
+            (Some(roi), _) => format!(" (its ROI {} was never entered)", roi.functions.join(", ")),
+            _ => String::new(),
+        };
+        return Err(SynthError::Empty {
+            path: path.to_string(),
+            why,
+        });
+    }
+    Ok(())
+}
+
 fn describe_compression(c: &Compression, negative_shift: bool, cap: usize) -> String {
     match c {
         Compression::Repeated {
@@ -266,24 +300,14 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
         }
     })?;
     let (stats, accesses, mut spec, dists) = windows.finish_with_distances();
-    if let Some((offset, reason)) = &damage {
-        if !cfg.allow_damaged {
-            return Err(SynthError::Damaged {
-                path: p,
-                offset: *offset,
-                reason: reason.clone(),
-                recovered: accesses,
-            });
-        }
-    }
-    if accesses == 0 {
-        let why = match (&meta.roi, cfg.thread) {
-            (_, Some(t)) => format!(" for thread {t}"),
-            (Some(roi), _) => format!(" (its ROI {} was never entered)", roi.functions.join(", ")),
-            _ => String::new(),
-        };
-        return Err(SynthError::Empty { path: p, why });
-    }
+    check_read(
+        &p,
+        damage.as_ref().map(|(o, r)| (*o, r.as_str())),
+        cfg.allow_damaged,
+        accesses,
+        &meta,
+        cfg.thread,
+    )?;
 
     // Filters 1-4 on pass-1 statistics.
     let mut sym = Symbolizer::new(mappings);
