@@ -164,6 +164,15 @@ impl ReplayConfig {
             out_dir: None,
         }
     }
+
+    /// How scatter kernels write: atomic additions with `--atomic`, else plain stores.
+    pub fn write_mode(&self) -> WriteMode {
+        if self.atomic {
+            WriteMode::AtomicAdd
+        } else {
+            WriteMode::Store
+        }
+    }
 }
 
 /// One thread per CPU this process may use.
@@ -433,11 +442,7 @@ pub fn replay(
         None => None,
     };
     let host = Host::detect();
-    let mode = if config.atomic {
-        WriteMode::AtomicAdd
-    } else {
-        WriteMode::Store
-    };
+    let mode = config.write_mode();
     let mut records = Vec::with_capacity(planned.len());
     for p in &planned {
         let record = run_one(&pool, p, config, mode, stream.as_ref(), &host)?;

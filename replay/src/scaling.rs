@@ -15,7 +15,6 @@
 //!   with the failing rank's message instead of hanging in a collective.
 
 use crate::config::{ApexKernel, Kernel, RunConfig};
-use crate::kernel::WriteMode;
 use crate::measure::{bandwidth_mbs, Summary};
 use crate::pool::{static_range, Placement, Pool};
 use crate::record::{Host, MpiFigures, RankFigures, ReplayRecord, Scaling, Share, StreamRecord};
@@ -292,11 +291,7 @@ pub fn replay_team(
         None => None,
     };
     let host = Host::detect();
-    let mode = if config.atomic {
-        WriteMode::AtomicAdd
-    } else {
-        WriteMode::Store
-    };
+    let mode = config.write_mode();
     let mut records = Vec::new();
     for rp in &plans {
         let nruns = rp.full.config.nruns;
