@@ -115,7 +115,7 @@ fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<28} {:>12} {:>7.3} {:>8.3} {:>9.1} {:>6.3} {:>6.1} {:>6.1}  {apex}",
-        truncate(name, 28),
+        mgbench_replay::export::truncate(name, 28),
         l.references,
         l.spatial_score,
         l.temporal_score,
@@ -124,16 +124,6 @@ fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
         f.strided_pct,
         f.irregular_pct,
     )
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('~');
-        t
-    }
 }
 
 fn table(r: &LocalityReport, out: &mut impl Write) -> std::io::Result<()> {

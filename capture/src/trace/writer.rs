@@ -41,15 +41,9 @@ impl<W: Write> TraceWriter<W> {
         head.extend_from_slice(&crc32fast::hash(&json).to_le_bytes());
         head.extend_from_slice(&json);
         out.write_all(&head)?;
-        Ok(TraceWriter {
-            out,
-            encoder: ChunkEncoder::new(DEFAULT_LEVEL),
-            frame_buf: Vec::new(),
-            payload: Vec::new(),
-            recorded: 0,
-            skipped: 0,
-            bytes: head.len() as u64,
-        })
+        let mut w = TraceWriter::append(out);
+        w.bytes = head.len() as u64;
+        Ok(w)
     }
 
     /// Appends frames to an existing trace (its header already written), e.g. to add the end

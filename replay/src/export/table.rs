@@ -94,7 +94,8 @@ impl TableExporter {
     }
 }
 
-fn truncate(s: &str, n: usize) -> String {
+/// `s` cut to at most `n` characters for a table column, a `~` marking the cut.
+pub fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
     } else {
