@@ -1,6 +1,6 @@
 //! Replay across MPI ranks: weak and strong scaling, barriers, per-rank figures and the two
 //! aggregates, behind a small [`Team`] interface so the logic runs (and is tested) without
-//! MPI; [`crate::mpi`] implements it over a real MPI communicator.
+//! MPI; `mpi_team.rs` (feature `mpi`) implements it over a real MPI communicator.
 //!
 //! - **Weak**: every rank runs the whole configuration.
 //! - **Strong**: the configuration's work is split into contiguous, near-equal shares: blocks

@@ -389,8 +389,8 @@ fn replay_cuda(args: ReplayArgs) -> Result<()> {
         sweep_len: args.sweep_len,
     };
     let (config, format) = args.into_config()?;
-    // Bad pattern files fail before the GPU is touched.
-    mgbench_replay::plan_within(&config, None)?;
+    // Bad pattern files and configs the GPU cannot run fail before the GPU is touched.
+    let planned = gpu::plan_gpu(&config)?;
     let mut device = gpu::open_device(opts.device)?;
     let info = device.info().clone();
     eprintln!(
@@ -404,7 +404,7 @@ fn replay_cuda(args: ReplayArgs) -> Result<()> {
     );
     let place = format!("CUDA device {}", info.ordinal);
     report(&config, format, true, &place, &mut |config, on_event| {
-        gpu::replay_gpu(config, &opts, device.as_mut(), on_event)
+        gpu::run_gpu(config, &planned, &opts, device.as_mut(), on_event)
     })
 }
 

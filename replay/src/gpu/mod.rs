@@ -554,19 +554,37 @@ pub fn run_gpu_stream(
     ))
 }
 
-/// `replay --cuda`: loads and checks every configuration, runs GPU STREAM (unless disabled),
-/// then each configuration once (or its throughput sweep), reporting as it goes.
+/// `replay --cuda` on an open device: [`plan_gpu`], then [`run_gpu`].
 pub fn replay_gpu(
     config: &ReplayConfig,
     opts: &GpuOptions,
     dev: &mut dyn GpuDevice,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> Result<Vec<ReplayRecord>, ReplayError> {
-    // Host memory only holds the patterns; the device check comes per run.
+    let planned = plan_gpu(config)?;
+    run_gpu(config, &planned, opts, dev, on_event)
+}
+
+/// Loads and checks every configuration for the GPU, without a device: host memory only
+/// holds the patterns (device memory is checked per run), every kernel needs a CUDA version
+/// and a legal block size.
+pub fn plan_gpu(config: &ReplayConfig) -> Result<Vec<Planned>, ReplayError> {
     let planned = crate::plan_within(config, None)?;
     for p in &planned {
-        check_config(p, config.atomic, dev.info().sm_count)?;
+        check_config(p, config.atomic)?;
     }
+    Ok(planned)
+}
+
+/// Runs configurations [`plan_gpu`] checked: GPU STREAM (unless disabled), then each
+/// configuration once (or its throughput sweep), reporting as it goes.
+pub fn run_gpu(
+    config: &ReplayConfig,
+    planned: &[Planned],
+    opts: &GpuOptions,
+    dev: &mut dyn GpuDevice,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Result<Vec<ReplayRecord>, ReplayError> {
     on_event(Event::Planned {
         configs: planned.len(),
     });
@@ -584,7 +602,7 @@ pub fn replay_gpu(
         None => None,
     };
     let mut records = Vec::new();
-    for p in &planned {
+    for p in planned {
         let new = if opts.sweep {
             sweep(p, config, opts, dev, stream.as_ref(), &host)?
         } else {
@@ -602,7 +620,7 @@ pub fn replay_gpu(
 }
 
 /// Checks what the CPU plan does not: a CUDA kernel exists and the block size is legal.
-fn check_config(p: &Planned, atomic: bool, sm_count: u32) -> Result<(), GpuError> {
+fn check_config(p: &Planned, atomic: bool) -> Result<(), GpuError> {
     let c = &p.config;
     let fail = |problem: String| GpuError::Config {
         origin: c.origin.clone(),
@@ -610,7 +628,7 @@ fn check_config(p: &Planned, atomic: bool, sm_count: u32) -> Result<(), GpuError
         problem,
     };
     kernel_function(c, atomic).map_err(fail)?;
-    launch_shape(1, c.local_work_size, sm_count).map_err(fail)?;
+    launch_shape(1, c.local_work_size, 1).map_err(fail)?;
     Ok(())
 }
 
