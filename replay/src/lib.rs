@@ -150,6 +150,13 @@ pub enum StreamSize {
     Elements(usize),
 }
 
+impl From<Option<usize>> for StreamSize {
+    /// A `--size`/`--stream-size` option: the elements given, else Auto.
+    fn from(elements: Option<usize>) -> StreamSize {
+        elements.map_or(StreamSize::Auto, StreamSize::Elements)
+    }
+}
+
 impl ReplayConfig {
     /// Defaults: one thread per allowed CPU, pinned; one warm-up run; STREAM on; no files.
     pub fn new(inputs: Vec<Input>) -> ReplayConfig {

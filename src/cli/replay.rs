@@ -295,11 +295,7 @@ impl ReplayArgs {
             runs: self.runs,
             warmup: self.warmup,
             atomic: self.atomic,
-            stream_elements: match (self.no_stream, self.stream_size) {
-                (true, _) => None,
-                (false, Some(n)) => Some(StreamSize::Elements(n)),
-                (false, None) => Some(StreamSize::Auto),
-            },
+            stream_elements: (!self.no_stream).then(|| StreamSize::from(self.stream_size)),
             out_dir: (!self.no_save).then_some(self.out),
         };
         Ok((config, self.format.into()))
@@ -545,10 +541,7 @@ pub fn stream(args: StreamArgs) -> Result<()> {
         bail!("--device only applies with --cuda");
     }
     let threads = threads(args.threads)?;
-    let size = match args.size {
-        Some(n) => StreamSize::Elements(n),
-        None => StreamSize::Auto,
-    };
+    let size = StreamSize::from(args.size);
     let record = mgbench_replay::run_stream(threads, placement(args.no_pin), size, args.runs)?;
     let format: ExportFormat = args.format.into();
     let bytes = format.exporter().stream(&record)?;
@@ -566,10 +559,7 @@ fn stream_cuda(args: StreamArgs) -> Result<()> {
     if args.threads.is_some() || args.no_pin {
         bail!("--threads and --no-pin set CPU threads and have no effect with --cuda: drop them");
     }
-    let size = match args.size {
-        Some(n) => StreamSize::Elements(n),
-        None => StreamSize::Auto,
-    };
+    let size = StreamSize::from(args.size);
     let mut device = gpu::open_device(args.device.unwrap_or(0))?;
     let host = mgbench_replay::record::Host::detect();
     let record = gpu::run_gpu_stream(device.as_mut(), size, args.runs, &host)?;
