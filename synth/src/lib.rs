@@ -244,6 +244,16 @@ pub(crate) fn check_read(
     Ok(())
 }
 
+/// Filter 5: fewer than `--min-unique-distances` distinct distances and fewer than half of
+/// them far (`--oob-distance`) drops a candidate.
+fn few_distances(unique: usize, oob_fraction: f64, cfg: &SynthConfig) -> Option<Verdict> {
+    (unique < cfg.min_unique_distances && oob_fraction < 0.5).then_some(Verdict::FewDistances {
+        unique_distances: unique,
+        min: cfg.min_unique_distances,
+        oob_fraction,
+    })
+}
+
 fn describe_compression(c: &Compression, negative_shift: bool, cap: usize) -> String {
     match c {
         Compression::Repeated {
@@ -381,13 +391,8 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
         if prefilter {
             // Filter 5 from pass 1's exact numbers: a dropped candidate needs no recording.
             let d = &dists[id][kind];
-            let far = d.far_fraction(c.instances);
-            if d.unique() < cfg.min_unique_distances && far < 0.5 {
-                c.verdict = Verdict::FewDistances {
-                    unique_distances: d.unique(),
-                    min: cfg.min_unique_distances,
-                    oob_fraction: far,
-                };
+            if let Some(v) = few_distances(d.unique(), d.far_fraction(c.instances), cfg) {
+                c.verdict = v;
                 continue;
             }
         }
@@ -437,15 +442,10 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     let mut order: Vec<(usize, Recorder, u64)> = recorders.into_values().collect();
     order.sort_by_key(|(i, _, _)| *i);
     for (i, rec, size) in order {
-        let unique = rec.unique_distances();
-        let oob = rec.oob_fraction();
         let (c, st) = &mut candidates[i];
-        if unique < cfg.min_unique_distances && oob < 0.5 {
-            c.verdict = Verdict::FewDistances {
-                unique_distances: unique,
-                min: cfg.min_unique_distances,
-                oob_fraction: oob,
-            };
+        let (unique, oob) = (rec.unique_distances(), rec.oob_fraction());
+        if let Some(v) = few_distances(unique, oob, cfg) {
+            c.verdict = v;
             continue;
         }
         let r = rec.finish();
