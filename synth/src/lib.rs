@@ -309,7 +309,12 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             windows.push(a);
         }
     })?;
-    let (stats, accesses, mut spec, dists) = windows.finish_with_distances();
+    let window::Pass1 {
+        stats,
+        accesses,
+        mut spec,
+        dists,
+    } = windows.finish();
     check_read(
         &p,
         damage.as_ref().map(|(o, r)| (*o, r.as_str())),

@@ -31,6 +31,15 @@ pub enum Speculation {
     Dropped,
 }
 
+/// What pass 1 learnt: per-instruction statistics (by id), the accesses seen, and per id and
+/// kind (0 loads, 1 stores) the speculative recorders and filter 5's numbers.
+pub struct Pass1 {
+    pub stats: Vec<IpStats>,
+    pub accesses: u64,
+    pub spec: Vec<[Speculation; 2]>,
+    pub dists: Vec<[DistStats; 2]>,
+}
+
 /// Per-instruction counts gathered in pass 1.
 #[derive(Debug, Clone, Default)]
 pub struct IpStats {
@@ -140,17 +149,16 @@ pub struct Windows {
     ids: HashMap<u64, u32, crate::fasthash::Build>,
     /// Small direct-mapped cache in front of `ids` (accesses cycle over few instructions).
     cache: Vec<(u64, u32)>,
-    pub stats: Vec<IpStats>,
+    stats: Vec<IpStats>,
     windows: [Window; 2],
-    pub accesses: u64,
-    pub flushes: u64,
+    accesses: u64,
     /// Per instruction id and kind (0 loads, 1 stores).
-    pub spec: Vec<[Speculation; 2]>,
+    spec: Vec<[Speculation; 2]>,
     /// Per instruction id and kind: filter 5's numbers (when `dist_limit` > 0).
-    pub dists: Vec<[DistStats; 2]>,
+    dists: Vec<[DistStats; 2]>,
     dist_limit: usize,
     spec_cap: usize,
-    spec_oob: u64,
+    oob_distance: u64,
     spec_budget: usize,
     spec_kept: usize,
 }
@@ -169,12 +177,11 @@ impl Windows {
             stats: Vec::new(),
             windows: [Window::new(), Window::new()],
             accesses: 0,
-            flushes: 0,
             spec: Vec::new(),
             dists: Vec::new(),
             dist_limit: 0,
             spec_cap: 0,
-            spec_oob: 0,
+            oob_distance: 0,
             spec_budget: 0,
             spec_kept: 0,
         }
@@ -183,7 +190,7 @@ impl Windows {
     /// Enables speculative recording: patterns capped at `cap`, at most `budget` kept.
     pub fn with_speculation(mut self, cap: usize, oob_distance: u64, budget: usize) -> Windows {
         self.spec_cap = cap;
-        self.spec_oob = oob_distance;
+        self.oob_distance = oob_distance;
         self.spec_budget = budget;
         self
     }
@@ -192,7 +199,7 @@ impl Windows {
     /// (at most [`MAX_PREFILTER_DISTANCES`]) and how many are at least `oob_distance` long.
     pub fn with_distance_stats(mut self, limit: usize, oob_distance: u64) -> Windows {
         self.dist_limit = limit.min(MAX_PREFILTER_DISTANCES);
-        self.spec_oob = oob_distance;
+        self.oob_distance = oob_distance;
         self
     }
 
@@ -246,12 +253,12 @@ impl Windows {
             a.addr / size
         };
         if self.dist_limit > 0 {
-            self.dists[id as usize][w].push(index, first, self.spec_oob, self.dist_limit);
+            self.dists[id as usize][w].push(index, first, self.oob_distance, self.dist_limit);
         }
         if self.spec_budget > 0 {
             match &mut self.spec[id as usize][w] {
                 s @ Speculation::None => {
-                    let mut r = Box::new(Recorder::new(self.spec_cap, self.spec_oob));
+                    let mut r = Box::new(Recorder::new(self.spec_cap, self.oob_distance));
                     r.push(index);
                     *s = Speculation::Pending(r);
                 }
@@ -294,7 +301,6 @@ impl Windows {
 
     /// Analyses every row of both windows and resets them.
     pub fn flush(&mut self) {
-        self.flushes += 1;
         for (w, win) in self.windows.iter_mut().enumerate() {
             for row in &win.rows {
                 if row.irregular {
@@ -324,25 +330,15 @@ impl Windows {
         }
     }
 
-    /// Analyses the final partial window and returns the statistics and the speculative
-    /// recorders (by instruction id and kind).
-    pub fn finish(mut self) -> (Vec<IpStats>, u64, Vec<[Speculation; 2]>) {
+    /// Analyses the final partial window and returns what pass 1 learnt.
+    pub fn finish(mut self) -> Pass1 {
         self.flush();
-        (self.stats, self.accesses, self.spec)
-    }
-
-    /// Like [`Windows::finish`], also returning the filter-5 numbers per id and kind.
-    #[allow(clippy::type_complexity)]
-    pub fn finish_with_distances(
-        mut self,
-    ) -> (
-        Vec<IpStats>,
-        u64,
-        Vec<[Speculation; 2]>,
-        Vec<[DistStats; 2]>,
-    ) {
-        self.flush();
-        (self.stats, self.accesses, self.spec, self.dists)
+        Pass1 {
+            stats: self.stats,
+            accesses: self.accesses,
+            spec: self.spec,
+            dists: self.dists,
+        }
     }
 }
 
@@ -369,7 +365,9 @@ mod tests {
             state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
             w.push(&load(0x30, state >> 40)); // random
         }
-        let (stats, n, _) = w.finish();
+        let Pass1 {
+            stats, accesses: n, ..
+        } = w.finish();
         assert_eq!(n, 30_000);
         let by_ip = |ip| stats.iter().find(|s| s.ip == ip).unwrap().clone();
         assert_eq!(by_ip(0x10).gather_windows, 0);
@@ -385,7 +383,7 @@ mod tests {
         for i in [0u64, 1, 2, 3, 500, 501, 0, 1, 7] {
             w.push(&load(0x10, i));
         }
-        let (stats, _, _, dists) = w.finish_with_distances();
+        let Pass1 { stats, dists, .. } = w.finish();
         let d = &dists[0][0];
         // Distances 1, 1, 1, 497, 1, -501, 1, 6: distinct {1, 497, -501, 6}, tracked to 3.
         assert_eq!(d.unique(), 3);
@@ -405,7 +403,7 @@ mod tests {
                 kind: AccessKind::Store,
             });
         }
-        let (stats, _, _) = w.finish();
+        let stats = w.finish().stats;
         assert!(stats[0].scatter_windows > 0);
         assert_eq!(stats[0].element_size, 4);
     }
@@ -419,7 +417,7 @@ mod tests {
         w.push(&load(2, 0));
         w.push(&load(3, 0)); // window full: flush, then row for 3
         w.push(&load(3, 50)); // irregular, analysed by finish()
-        let (stats, _, _) = w.finish();
+        let stats = w.finish().stats;
         assert_eq!(stats[0].gather_windows, 1);
         assert_eq!(stats[1].gather_windows, 0);
         assert_eq!(stats[2].gather_windows, 1);
