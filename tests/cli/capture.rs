@@ -8,7 +8,7 @@ use std::process::Command;
 use mgbench_capture::symbols::{ElfImage, Symbolizer};
 use mgbench_capture::trace::{AccessKind, Chunk, EndInfo, Frame, Mapping, TraceReader};
 
-use crate::common::{app, apps, have, mgbench, stderr, stdout, temp_dir};
+use crate::common::{app, apps, have, mgbench, read_indices, stderr, stdout, temp_dir};
 
 /// Everything in a trace.
 struct Trace {
@@ -37,14 +37,6 @@ fn read_trace(path: &Path) -> Trace {
     }
     t.damaged = r.damage().is_some();
     t
-}
-
-fn read_indices(path: &Path) -> Vec<u64> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| l.trim().parse().unwrap())
-        .collect()
 }
 
 /// The `x=0x...` address the SpMV demo prints.

@@ -12,6 +12,15 @@ pub fn mgbench(args: &[&str], cwd: &Path) -> Output {
         .expect("run mgbench")
 }
 
+/// The integers a demo app wrote with `--truth`, one per line.
+pub fn read_indices(path: &Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
+}
+
 pub fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("mgbench-cli-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);

@@ -2,15 +2,7 @@
 
 use std::path::Path;
 
-use crate::common::{app, have, mgbench, stderr, stdout, temp_dir};
-
-fn read_indices(path: &Path) -> Vec<u64> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| l.trim().parse().unwrap())
-        .collect()
-}
+use crate::common::{app, have, mgbench, read_indices, stderr, stdout, temp_dir};
 
 fn patterns(path: &Path) -> Vec<serde_json::Value> {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
