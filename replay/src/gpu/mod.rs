@@ -20,9 +20,6 @@ use crate::plan::{self, Footprint};
 use crate::record::{self, mgbench_version, now_rfc3339, Host, ReplayRecord};
 use crate::{Event, Planned, ReplayConfig, ReplayError, StreamSize};
 
-/// Whether this build can drive CUDA GPUs (the `cuda` feature).
-pub const CUDA_SUPPORT: bool = cfg!(feature = "cuda");
-
 /// Threads per block when a config gives no "local-work-size".
 pub const DEFAULT_BLOCK: u32 = 256;
 /// The largest block CUDA allows.
