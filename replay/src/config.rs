@@ -42,15 +42,6 @@ pub enum KernelKind {
 }
 
 impl KernelKind {
-    pub const ALL: [KernelKind; 6] = [
-        KernelKind::Gather,
-        KernelKind::Scatter,
-        KernelKind::GatherScatter,
-        KernelKind::MultiGather,
-        KernelKind::MultiScatter,
-        KernelKind::Apex,
-    ];
-
     /// Parses a kernel name, case-insensitively; `sg` is Spatter's other name for `gs`.
     pub fn parse(name: &str) -> Option<KernelKind> {
         match name.trim().to_ascii_lowercase().as_str() {
