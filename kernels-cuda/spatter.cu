@@ -12,98 +12,109 @@
 //
 // The *_atomic variants add with atomicAdd instead of storing, for patterns whose writes
 // land on one element more than once (the host decides which to launch).
+//
+// Deltas are signed. Every sparse index is `origin + p + delta*i`, where the host sets
+// origin = |delta| * (count - 1) for a negative delta (0 otherwise), so indices never go below
+// 0. The sum is taken in unsigned 64-bit arithmetic, which wraps modulo 2^64 and is therefore
+// exact whenever the true result is a valid index (the host sized the buffer for all of them).
 
 typedef unsigned long long u64;
+typedef long long i64;
+
+#define MG_AT(p, delta, origin, i) ((origin) + (p) + (u64)(delta) * (i))
 
 #define MG_GRID_STRIDE(t, total)                                                  \
     for (u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x; t < (total);           \
          t += (u64)gridDim.x * blockDim.x)
 
 extern "C" __global__ void gather(double *__restrict__ dense, const double *__restrict__ sparse,
-                                  const u64 *__restrict__ pattern, u64 len, u64 delta, u64 count,
-                                  u64 wrap) {
+                                  const u64 *__restrict__ pattern, u64 len, i64 delta,
+                                  u64 origin, u64 count, u64 wrap) {
     MG_GRID_STRIDE(t, len * count) {
         u64 i = t / len;
         u64 j = t - i * len;
-        dense[j + len * (i % wrap)] = sparse[pattern[j] + delta * i];
+        dense[j + len * (i % wrap)] = sparse[MG_AT(pattern[j], delta, origin, i)];
     }
 }
 
 extern "C" __global__ void scatter(double *__restrict__ sparse, const double *__restrict__ dense,
-                                   const u64 *__restrict__ pattern, u64 len, u64 delta, u64 count,
-                                   u64 wrap) {
+                                   const u64 *__restrict__ pattern, u64 len, i64 delta,
+                                   u64 origin, u64 count, u64 wrap) {
     MG_GRID_STRIDE(t, len * count) {
         u64 i = t / len;
         u64 j = t - i * len;
-        sparse[pattern[j] + delta * i] = dense[j + len * (i % wrap)];
+        sparse[MG_AT(pattern[j], delta, origin, i)] = dense[j + len * (i % wrap)];
     }
 }
 
 extern "C" __global__ void scatter_atomic(double *__restrict__ sparse,
                                           const double *__restrict__ dense,
-                                          const u64 *__restrict__ pattern, u64 len, u64 delta,
-                                          u64 count, u64 wrap) {
+                                          const u64 *__restrict__ pattern, u64 len, i64 delta,
+                                          u64 origin, u64 count, u64 wrap) {
     MG_GRID_STRIDE(t, len * count) {
         u64 i = t / len;
         u64 j = t - i * len;
-        atomicAdd(&sparse[pattern[j] + delta * i], dense[j + len * (i % wrap)]);
+        atomicAdd(&sparse[MG_AT(pattern[j], delta, origin, i)], dense[j + len * (i % wrap)]);
     }
 }
 
 extern "C" __global__ void gs(double *__restrict__ sparse_s, const double *__restrict__ sparse_g,
                               const u64 *__restrict__ ps, const u64 *__restrict__ pg, u64 len,
-                              u64 delta_s, u64 delta_g, u64 count) {
+                              i64 delta_s, u64 origin_s, i64 delta_g, u64 origin_g, u64 count) {
     MG_GRID_STRIDE(t, len * count) {
         u64 i = t / len;
         u64 j = t - i * len;
-        sparse_s[ps[j] + delta_s * i] = sparse_g[pg[j] + delta_g * i];
+        sparse_s[MG_AT(ps[j], delta_s, origin_s, i)] =
+            sparse_g[MG_AT(pg[j], delta_g, origin_g, i)];
     }
 }
 
 extern "C" __global__ void gs_atomic(double *__restrict__ sparse_s,
                                      const double *__restrict__ sparse_g,
                                      const u64 *__restrict__ ps, const u64 *__restrict__ pg,
-                                     u64 len, u64 delta_s, u64 delta_g, u64 count) {
+                                     u64 len, i64 delta_s, u64 origin_s, i64 delta_g,
+                                     u64 origin_g, u64 count) {
     MG_GRID_STRIDE(t, len * count) {
         u64 i = t / len;
         u64 j = t - i * len;
-        atomicAdd(&sparse_s[ps[j] + delta_s * i], sparse_g[pg[j] + delta_g * i]);
+        atomicAdd(&sparse_s[MG_AT(ps[j], delta_s, origin_s, i)],
+                  sparse_g[MG_AT(pg[j], delta_g, origin_g, i)]);
     }
 }
 
 extern "C" __global__ void multigather(double *__restrict__ dense,
                                        const double *__restrict__ sparse,
                                        const u64 *__restrict__ outer,
-                                       const u64 *__restrict__ inner, u64 len, u64 delta,
-                                       u64 count, u64 wrap) {
+                                       const u64 *__restrict__ inner, u64 len, i64 delta,
+                                       u64 origin, u64 count, u64 wrap) {
     MG_GRID_STRIDE(t, len * count) {
         u64 i = t / len;
         u64 j = t - i * len;
-        dense[j + len * (i % wrap)] = sparse[outer[inner[j]] + delta * i];
+        dense[j + len * (i % wrap)] = sparse[MG_AT(outer[inner[j]], delta, origin, i)];
     }
 }
 
 extern "C" __global__ void multiscatter(double *__restrict__ sparse,
                                         const double *__restrict__ dense,
                                         const u64 *__restrict__ outer,
-                                        const u64 *__restrict__ inner, u64 len, u64 delta,
-                                        u64 count, u64 wrap) {
+                                        const u64 *__restrict__ inner, u64 len, i64 delta,
+                                        u64 origin, u64 count, u64 wrap) {
     MG_GRID_STRIDE(t, len * count) {
         u64 i = t / len;
         u64 j = t - i * len;
-        sparse[outer[inner[j]] + delta * i] = dense[j + len * (i % wrap)];
+        sparse[MG_AT(outer[inner[j]], delta, origin, i)] = dense[j + len * (i % wrap)];
     }
 }
 
 extern "C" __global__ void multiscatter_atomic(double *__restrict__ sparse,
                                                const double *__restrict__ dense,
                                                const u64 *__restrict__ outer,
-                                               const u64 *__restrict__ inner, u64 len, u64 delta,
-                                               u64 count, u64 wrap) {
+                                               const u64 *__restrict__ inner, u64 len, i64 delta,
+                                               u64 origin, u64 count, u64 wrap) {
     MG_GRID_STRIDE(t, len * count) {
         u64 i = t / len;
         u64 j = t - i * len;
-        atomicAdd(&sparse[outer[inner[j]] + delta * i], dense[j + len * (i % wrap)]);
+        atomicAdd(&sparse[MG_AT(outer[inner[j]], delta, origin, i)], dense[j + len * (i % wrap)]);
     }
 }
 

@@ -36,6 +36,7 @@
 #[cfg(feature = "backends")]
 pub mod backend;
 pub mod import;
+pub mod progress;
 pub mod stats;
 pub mod symbols;
 pub mod trace;

@@ -11,8 +11,12 @@
 //! default 2^24), `seed` (default 1) and `count` (blocks per run, default 2^23 / L); the key
 //! names are case-insensitive.
 //!
-//! Where Spatter silently mangles input (negative deltas, huge indices), we refuse it with an
-//! error that names the file and the config's index, before anything runs.
+//! Deltas may be negative (real traces walk arrays downwards): the base of iteration `i` is
+//! `delta * i` moved up by `|delta| * (count - 1)`, so the sparse buffer covers every index of
+//! every iteration and none is ever negative or wrapped (Spatter 2.1 refuses such configs with
+//! "Invalid Delta"). Indices too large for this machine are refused with an error that names
+//! the file and the config's index, before anything runs (see `crate::plan` and
+//! `crate::compact` for the opt-in way to run them).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -22,7 +26,7 @@ use serde_json::{Map, Value};
 use crate::apex::{ApexParams, DEFAULT_M, DEFAULT_SEED, DEFAULT_WORDS_PER_RUN};
 use crate::pattern::{GeneratorDelta, Pattern, PatternError};
 
-pub const DEFAULT_DELTA: usize = 8;
+pub const DEFAULT_DELTA: i64 = 8;
 pub const DEFAULT_COUNT: usize = 1024;
 pub const DEFAULT_WRAP: usize = 1;
 pub const DEFAULT_NRUNS: usize = 10;
@@ -85,27 +89,27 @@ impl fmt::Display for KernelKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kernel {
     /// `dense[j + len*(i%wrap)] = sparse[pattern[j] + delta*i]`
-    Gather { pattern: Vec<usize>, delta: usize },
+    Gather { pattern: Vec<usize>, delta: i64 },
     /// `sparse[pattern[j] + delta*i] = dense[j + len*(i%wrap)]`
-    Scatter { pattern: Vec<usize>, delta: usize },
+    Scatter { pattern: Vec<usize>, delta: i64 },
     /// `sparse_s[scatter[j] + delta_scatter*i] = sparse_g[gather[j] + delta_gather*i]`
     GatherScatter {
         gather: Vec<usize>,
         scatter: Vec<usize>,
-        delta_gather: usize,
-        delta_scatter: usize,
+        delta_gather: i64,
+        delta_scatter: i64,
     },
     /// `dense[j + len*(i%wrap)] = sparse[outer[inner[j]] + delta*i]`
     MultiGather {
         outer: Vec<usize>,
         inner: Vec<usize>,
-        delta: usize,
+        delta: i64,
     },
     /// `sparse[outer[inner[j]] + delta*i] = dense[j + len*(i%wrap)]`
     MultiScatter {
         outer: Vec<usize>,
         inner: Vec<usize>,
-        delta: usize,
+        delta: i64,
     },
     /// `sum += sparse[starts[i] + j]` for j < L: Apex-MAP's block reads.
     Apex(ApexKernel),
@@ -156,7 +160,7 @@ impl Kernel {
     }
 
     /// The delta reported in results: the gather delta for gs (0 for apex).
-    pub fn delta(&self) -> usize {
+    pub fn delta(&self) -> i64 {
         match self {
             Kernel::Gather { delta, .. }
             | Kernel::Scatter { delta, .. }
@@ -230,7 +234,7 @@ impl Kernel {
     /// The effective index pattern applied to the sparse buffer (for multi-kernels,
     /// `outer[inner[j]]`), with its delta; for gs, the gather side; for apex, one block
     /// (0..L) with delta 0 (its starts are random).
-    pub fn effective_pattern(&self) -> (Vec<usize>, usize) {
+    pub fn effective_pattern(&self) -> (Vec<usize>, i64) {
         match self {
             Kernel::Gather { pattern, delta } | Kernel::Scatter { pattern, delta } => {
                 (pattern.clone(), *delta)
@@ -285,6 +289,8 @@ pub struct RunConfig {
     pub delta_source: String,
     /// Remarks users should see (truncation, boundary, a generator overriding "delta").
     pub notes: Vec<String>,
+    /// What `--compact-gaps` did to the patterns, if anything.
+    pub compaction: Option<crate::compact::Compaction>,
 }
 
 impl RunConfig {
@@ -312,14 +318,26 @@ impl RunConfig {
             },
             delta_source: "config".into(),
             notes: vec![],
+            compaction: None,
         }
+    }
+}
+
+/// The sparse element where iteration 0's base lies: 0 for a delta >= 0; for a negative delta,
+/// `|delta| * (count - 1)`, so that the base of the last iteration is element 0. Iteration `i`
+/// then reads `origin + delta * i + pattern[j]`, never below 0 (the plan sized the buffer).
+pub fn iteration_origin(delta: i64, count: usize) -> usize {
+    if delta >= 0 {
+        0
+    } else {
+        (delta.unsigned_abs() as usize).saturating_mul(count.saturating_sub(1))
     }
 }
 
 /// Values that apply to every config unless the config says otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Defaults {
-    pub delta: usize,
+    pub delta: i64,
     pub count: usize,
     pub wrap: usize,
     pub nruns: usize,
@@ -479,9 +497,9 @@ struct ConfigFields {
     pattern: Option<Pattern>,
     pattern_gather: Option<Pattern>,
     pattern_scatter: Option<Pattern>,
-    delta: Option<usize>,
-    delta_gather: Option<usize>,
-    delta_scatter: Option<usize>,
+    delta: Option<i64>,
+    delta_gather: Option<i64>,
+    delta_scatter: Option<i64>,
     count: Option<usize>,
     wrap: Option<usize>,
     pattern_size: Option<usize>,
@@ -514,9 +532,9 @@ impl ConfigFields {
             pattern: read_pattern(obj, "pattern")?,
             pattern_gather: read_pattern(obj, "pattern-gather")?,
             pattern_scatter: read_pattern(obj, "pattern-scatter")?,
-            delta: read_uint(obj, "delta")?,
-            delta_gather: read_uint(obj, "delta-gather")?,
-            delta_scatter: read_uint(obj, "delta-scatter")?,
+            delta: read_int(obj, "delta")?,
+            delta_gather: read_int(obj, "delta-gather")?,
+            delta_scatter: read_int(obj, "delta-scatter")?,
             count: read_uint(obj, "count")?,
             wrap: read_uint(obj, "wrap")?,
             pattern_size: read_uint(obj, "pattern-size")?,
@@ -573,14 +591,38 @@ fn read_uint(obj: &Map<String, Value>, key: &str) -> Result<Option<usize>, Strin
     let Some(v) = obj.get(key) else {
         return Ok(None);
     };
-    json_uint(v).map(Some).map_err(|why| {
-        let hint = if key.starts_with("delta") && why.contains("negative") {
-            ": mgbench needs deltas >= 0 (Spatter would silently wrap a negative delta around)"
-        } else {
-            ""
-        };
-        format!("\"{key}\": {why}{hint}")
-    })
+    json_uint(v)
+        .map(Some)
+        .map_err(|why| format!("\"{key}\": {why}"))
+}
+
+/// Reads a signed integer key (deltas): integral floats accepted, fractions refused.
+fn read_int(obj: &Map<String, Value>, key: &str) -> Result<Option<i64>, String> {
+    let Some(v) = obj.get(key) else {
+        return Ok(None);
+    };
+    let magnitude = |v: &Value| -> Result<i64, String> {
+        let u = json_uint(v)?;
+        i64::try_from(u).map_err(|_| format!("{u} does not fit in 63 bits"))
+    };
+    let parsed = match v {
+        Value::Number(n) if n.as_i64().is_some_and(|i| i < 0) => Ok(n.as_i64().unwrap_or(0)),
+        Value::Number(n) if n.as_f64().is_some_and(|f| f < 0.0) => {
+            let f = n.as_f64().unwrap_or(0.0);
+            if f.fract() != 0.0 || !f.is_finite() {
+                Err(format!("{n} is not an integer"))
+            } else if f < -9.2e18 {
+                Err(format!("{n} does not fit in 64 bits"))
+            } else {
+                Ok(f as i64)
+            }
+        }
+        Value::String(s) if s.trim().starts_with('-') => {
+            magnitude(&Value::String(s.trim()[1..].to_string())).map(|m| -m)
+        }
+        other => magnitude(other),
+    };
+    parsed.map(Some).map_err(|why| format!("\"{key}\": {why}"))
 }
 
 fn json_uint(v: &Value) -> Result<usize, String> {
@@ -707,19 +749,19 @@ fn prepare(
 /// delta and where it came from.
 fn resolve_delta(
     key: &str,
-    explicit: Option<usize>,
+    explicit: Option<i64>,
     generator: Option<GeneratorDelta>,
-    default: usize,
+    default: i64,
     notes: &mut Vec<String>,
-) -> (usize, &'static str) {
+) -> (i64, &'static str) {
     match (generator, explicit) {
-        (Some(g), Some(e)) if e != g.value() => {
+        (Some(g), Some(e)) if e != g.value() as i64 => {
             notes.push(format!(
                 "{g} overrides \"{key}\": {e} (the generator's delta takes precedence)"
             ));
-            (g.value(), g.source_name())
+            (g.value() as i64, g.source_name())
         }
-        (Some(g), _) => (g.value(), g.source_name()),
+        (Some(g), _) => (g.value() as i64, g.source_name()),
         (None, Some(e)) => (e, "config"),
         (None, None) => (default, "default"),
     }
@@ -879,6 +921,7 @@ fn build(
         origin,
         delta_source,
         notes,
+        compaction: None,
     })
 }
 
@@ -1000,6 +1043,7 @@ fn build_apex(
         origin,
         delta_source: "apex".to_string(),
         notes,
+        compaction: None,
     })
 }
 

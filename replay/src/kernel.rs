@@ -12,6 +12,10 @@
 //! apex          sum += sparse[starts[i] + j]  for j < L      (reads only)
 //! ```
 //!
+//! A delta may be negative: the base of iteration `i` is then `origin + delta * i` with
+//! `origin = |delta| * (count - 1)` ([`iteration_origin`]), so the bases walk down from the top
+//! of the sparse buffer to element 0 ([`Walk`]).
+//!
 //! Gathers read a shared sparse buffer and write a dense buffer per thread. Scatters write a
 //! shared sparse buffer from several threads at once; those writes go through `AtomicU64` with
 //! relaxed ordering, which compiles to the same plain 8-byte stores as C, so a racy scatter is
@@ -22,7 +26,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::buffer::{AllocError, Buffer};
-use crate::config::{Kernel, RunConfig};
+use crate::config::{iteration_origin, Kernel, RunConfig};
 use crate::plan::Footprint;
 use crate::pool::{static_range, Pool};
 
@@ -133,9 +137,10 @@ pub fn execute(pool: &Pool, config: &RunConfig, buffers: &mut Buffers, mode: Wri
     match &config.kernel {
         Kernel::Gather { pattern, delta } => {
             let sparse = &buffers.sparse;
+            let walk = Walk::new(*delta, count);
             pool.broadcast_mut(&mut buffers.dense, |tid, dense| {
                 let iters = static_range(count, threads, tid);
-                gather(sparse, dense, pattern, *delta, wrap, iters);
+                gather(sparse, dense, pattern, walk, wrap, iters);
             });
         }
         Kernel::MultiGather {
@@ -144,17 +149,19 @@ pub fn execute(pool: &Pool, config: &RunConfig, buffers: &mut Buffers, mode: Wri
             delta,
         } => {
             let sparse = &buffers.sparse;
+            let walk = Walk::new(*delta, count);
             pool.broadcast_mut(&mut buffers.dense, |tid, dense| {
                 let iters = static_range(count, threads, tid);
-                multi_gather(sparse, dense, outer, inner, *delta, wrap, iters);
+                multi_gather(sparse, dense, outer, inner, walk, wrap, iters);
             });
         }
         Kernel::Scatter { pattern, delta } => {
             let sparse = as_atomic(&mut buffers.sparse);
             let dense = &buffers.dense;
+            let walk = Walk::new(*delta, count);
             pool.broadcast(|tid| {
                 let iters = static_range(count, threads, tid);
-                scatter(sparse, &dense[tid], pattern, *delta, wrap, iters, mode);
+                scatter(sparse, &dense[tid], pattern, walk, wrap, iters, mode);
             });
         }
         Kernel::MultiScatter {
@@ -164,9 +171,10 @@ pub fn execute(pool: &Pool, config: &RunConfig, buffers: &mut Buffers, mode: Wri
         } => {
             let sparse = as_atomic(&mut buffers.sparse);
             let dense = &buffers.dense;
+            let walk = Walk::new(*delta, count);
             pool.broadcast(|tid| {
                 let iters = static_range(count, threads, tid);
-                multi_scatter(sparse, &dense[tid], outer, inner, *delta, wrap, iters, mode);
+                multi_scatter(sparse, &dense[tid], outer, inner, walk, wrap, iters, mode);
             });
         }
         Kernel::GatherScatter {
@@ -177,9 +185,13 @@ pub fn execute(pool: &Pool, config: &RunConfig, buffers: &mut Buffers, mode: Wri
         } => {
             let src = &buffers.sparse;
             let dst = as_atomic(&mut buffers.sparse_scatter);
+            let (wg, ws) = (
+                Walk::new(*delta_gather, count),
+                Walk::new(*delta_scatter, count),
+            );
             pool.broadcast(|tid| {
                 let iters = static_range(count, threads, tid);
-                gather_scatter(src, dst, pg, ps, *delta_gather, *delta_scatter, iters, mode);
+                gather_scatter(src, dst, pg, ps, wg, ws, iters, mode);
             });
         }
         Kernel::Apex(a) => {
@@ -191,6 +203,40 @@ pub fn execute(pool: &Pool, config: &RunConfig, buffers: &mut Buffers, mode: Wri
                 std::hint::black_box(crate::apex::sum_blocks(sparse, starts, l));
             });
         }
+    }
+}
+
+/// Where each iteration's base lies in the sparse buffer: `origin + delta * i`. The plan sized
+/// the buffer so that every base (plus every pattern index) is inside it, whatever the sign of
+/// delta.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Walk {
+    pub origin: usize,
+    pub delta: isize,
+}
+
+impl Walk {
+    /// The walk of a `count`-iteration loop with `delta`.
+    pub fn new(delta: i64, count: usize) -> Walk {
+        Walk {
+            origin: iteration_origin(delta, count),
+            delta: delta as isize,
+        }
+    }
+
+    /// Base of iteration `i`. Wrapping arithmetic gives the exact result whenever it is a valid
+    /// index, which `block_fits` (or a slice bound check) verifies before it is used.
+    #[inline(always)]
+    pub fn base(self, i: usize) -> usize {
+        self.origin
+            .wrapping_add((self.delta as usize).wrapping_mul(i))
+    }
+
+    /// Lowest and highest base over the iterations `iters` (not empty).
+    fn base_range(self, iters: &std::ops::Range<usize>) -> (i128, i128) {
+        let at = |i: usize| self.origin as i128 + self.delta as i128 * i as i128;
+        let (a, b) = (at(iters.start), at(iters.end - 1));
+        (a.min(b), a.max(b))
     }
 }
 
@@ -239,31 +285,28 @@ fn store(slot: &AtomicU64, value: f64, mode: WriteMode) {
     }
 }
 
-/// Largest sparse index a block of iterations touches through `pattern`, or None when empty.
-fn reach(pattern: &[usize], delta: usize, iters: &std::ops::Range<usize>) -> Option<usize> {
-    if iters.is_empty() {
-        return None;
-    }
-    let max = pattern.iter().copied().max()?;
-    Some(max + delta * (iters.end - 1))
-}
-
-/// Checks, once per block, every sparse index the block will use, so the inner loops may skip
-/// bounds checks. Returns false for an empty block. Panics on a planning bug rather than touch
-/// memory out of bounds (the plan already refused configurations that do not fit).
+/// Checks, once per block, every sparse index the block will use (lowest and highest base plus
+/// the pattern's extremes), so the inner loops may skip bounds checks. Returns false for an
+/// empty block. Panics on a planning bug rather than touch memory out of bounds (the plan
+/// already refused configurations that do not fit).
 fn block_fits(
     what: &str,
     pattern: &[usize],
-    delta: usize,
+    walk: Walk,
     iters: &std::ops::Range<usize>,
     sparse_len: usize,
 ) -> bool {
-    let Some(top) = reach(pattern, delta, iters) else {
+    if iters.is_empty() {
+        return false;
+    }
+    let (Some(&lo), Some(&hi)) = (pattern.iter().min(), pattern.iter().max()) else {
         return false;
     };
+    let (first, last) = walk.base_range(iters);
+    let (bottom, top) = (first + lo as i128, last + hi as i128);
     assert!(
-        top < sparse_len,
-        "{what}: block reaches sparse index {top} of {sparse_len} (planning bug)"
+        bottom >= 0 && top < sparse_len as i128,
+        "{what}: block reaches sparse indices {bottom}..={top} of {sparse_len} (planning bug)"
     );
     true
 }
@@ -306,26 +349,26 @@ pub(crate) fn gather(
     sparse: &[f64],
     dense: &mut [f64],
     pattern: &[usize],
-    delta: usize,
+    walk: Walk,
     wrap: usize,
     iters: std::ops::Range<usize>,
 ) {
-    if !block_fits("gather", pattern, delta, &iters, sparse.len()) {
+    if !block_fits("gather", pattern, walk, &iters, sparse.len()) {
         return;
     }
     // Short patterns are the common case (UNIFORM:8:x, 16-wide vector gathers in traces): a
     // fixed length unrolls the inner loop completely.
     if let Ok(p) = <&[usize; 8]>::try_from(pattern) {
-        gather_fixed(sparse, dense, p, delta, wrap, iters);
+        gather_fixed(sparse, dense, p, walk, wrap, iters);
     } else if let Ok(p) = <&[usize; 16]>::try_from(pattern) {
-        gather_fixed(sparse, dense, p, delta, wrap, iters);
+        gather_fixed(sparse, dense, p, walk, wrap, iters);
     } else {
         let src = sparse.as_ptr();
         for_each_row(dense, pattern.len(), wrap, iters, |i, dst| {
-            let base = delta * i;
+            let base = walk.base(i);
             for (d, &p) in dst.iter_mut().zip(pattern) {
-                // SAFETY: base + p <= max(pattern) + delta * (iters.end - 1) < sparse.len(),
-                // checked by block_fits in gather().
+                // SAFETY: every base + p of the block lies in 0..sparse.len(), checked by
+                // block_fits in gather().
                 *d = unsafe { *src.add(base + p) };
             }
         });
@@ -337,13 +380,13 @@ fn gather_fixed<const N: usize>(
     sparse: &[f64],
     dense: &mut [f64],
     pattern: &[usize; N],
-    delta: usize,
+    walk: Walk,
     wrap: usize,
     iters: std::ops::Range<usize>,
 ) {
     let src = sparse.as_ptr();
     for_each_row(dense, N, wrap, iters, |i, dst| {
-        let base = delta * i;
+        let base = walk.base(i);
         if let Ok(dst) = <&mut [f64; N]>::try_from(dst) {
             for j in 0..N {
                 // SAFETY: as in gather(): every base + pattern[j] was checked by block_fits.
@@ -358,12 +401,12 @@ pub(crate) fn multi_gather(
     dense: &mut [f64],
     outer: &[usize],
     inner: &[usize],
-    delta: usize,
+    walk: Walk,
     wrap: usize,
     iters: std::ops::Range<usize>,
 ) {
     for_each_row(dense, inner.len(), wrap, iters, |i, dst| {
-        let src = &sparse[delta * i..];
+        let src = &sparse[walk.base(i)..];
         for (d, &k) in dst.iter_mut().zip(inner) {
             *d = src[outer[k]];
         }
@@ -390,18 +433,18 @@ pub(crate) fn scatter(
     sparse: &[AtomicU64],
     dense: &[f64],
     pattern: &[usize],
-    delta: usize,
+    walk: Walk,
     wrap: usize,
     iters: std::ops::Range<usize>,
     mode: WriteMode,
 ) {
-    if !block_fits("scatter", pattern, delta, &iters, sparse.len()) {
+    if !block_fits("scatter", pattern, walk, &iters, sparse.len()) {
         return;
     }
     for_each_source_row(dense, pattern.len(), wrap, iters, |i, src| {
-        let base = delta * i;
+        let base = walk.base(i);
         for (&v, &p) in src.iter().zip(pattern) {
-            // SAFETY: base + p < sparse.len(), checked by block_fits above.
+            // SAFETY: base + p lies in 0..sparse.len(), checked by block_fits above.
             store(unsafe { sparse.get_unchecked(base + p) }, v, mode);
         }
     });
@@ -413,13 +456,13 @@ pub(crate) fn multi_scatter(
     dense: &[f64],
     outer: &[usize],
     inner: &[usize],
-    delta: usize,
+    walk: Walk,
     wrap: usize,
     iters: std::ops::Range<usize>,
     mode: WriteMode,
 ) {
     for_each_source_row(dense, inner.len(), wrap, iters, |i, src| {
-        let dst = &sparse[delta * i..];
+        let dst = &sparse[walk.base(i)..];
         for (&v, &k) in src.iter().zip(inner) {
             store(&dst[outer[k]], v, mode);
         }
@@ -432,14 +475,14 @@ pub(crate) fn gather_scatter(
     dst: &[AtomicU64],
     pg: &[usize],
     ps: &[usize],
-    delta_gather: usize,
-    delta_scatter: usize,
+    walk_gather: Walk,
+    walk_scatter: Walk,
     iters: std::ops::Range<usize>,
     mode: WriteMode,
 ) {
     for i in iters {
-        let s = &src[delta_gather * i..];
-        let d = &dst[delta_scatter * i..];
+        let s = &src[walk_gather.base(i)..];
+        let d = &dst[walk_scatter.base(i)..];
         for (&g, &p) in pg.iter().zip(ps) {
             store(&d[p], s[g], mode);
         }
@@ -467,12 +510,19 @@ pub fn reference(
         WriteMode::AtomicAdd => *slot += v,
     };
     let wrap = config.wrap;
+    let count = config.count;
+    // index = origin + pattern value + delta * i, in signed arithmetic (origin lifts negative
+    // deltas: see iteration_origin).
+    let at = |p: usize, delta: i64, i: usize| -> usize {
+        let x = iteration_origin(delta, count) as i128 + p as i128 + delta as i128 * i as i128;
+        usize::try_from(x).expect("reference: index below 0 (planning bug)")
+    };
     match &config.kernel {
         Kernel::Gather { pattern, delta } => {
             let len = pattern.len();
             for i in iters.clone() {
                 for j in 0..len {
-                    dense[j + len * (i % wrap)] = sparse[pattern[j] + delta * i];
+                    dense[j + len * (i % wrap)] = sparse[at(pattern[j], *delta, i)];
                 }
             }
         }
@@ -481,7 +531,7 @@ pub fn reference(
             for i in iters.clone() {
                 for j in 0..len {
                     put(
-                        &mut sparse[pattern[j] + delta * i],
+                        &mut sparse[at(pattern[j], *delta, i)],
                         dense[j + len * (i % wrap)],
                     );
                 }
@@ -495,8 +545,8 @@ pub fn reference(
         } => {
             for i in iters.clone() {
                 for j in 0..gather.len() {
-                    let v = sparse[gather[j] + delta_gather * i];
-                    put(&mut sparse_s[scatter[j] + delta_scatter * i], v);
+                    let v = sparse[at(gather[j], *delta_gather, i)];
+                    put(&mut sparse_s[at(scatter[j], *delta_scatter, i)], v);
                 }
             }
         }
@@ -508,7 +558,7 @@ pub fn reference(
             let len = inner.len();
             for i in iters.clone() {
                 for j in 0..len {
-                    dense[j + len * (i % wrap)] = sparse[outer[inner[j]] + delta * i];
+                    dense[j + len * (i % wrap)] = sparse[at(outer[inner[j]], *delta, i)];
                 }
             }
         }
@@ -521,7 +571,7 @@ pub fn reference(
             for i in iters.clone() {
                 for j in 0..len {
                     put(
-                        &mut sparse[outer[inner[j]] + delta * i],
+                        &mut sparse[at(outer[inner[j]], *delta, i)],
                         dense[j + len * (i % wrap)],
                     );
                 }

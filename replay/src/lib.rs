@@ -24,6 +24,7 @@
 
 pub mod apex;
 pub mod buffer;
+pub mod compact;
 pub mod config;
 pub mod export;
 pub mod gpu;
@@ -73,9 +74,9 @@ pub struct InlineSpec {
     pub pattern: Option<String>,
     pub pattern_gather: Option<String>,
     pub pattern_scatter: Option<String>,
-    pub delta: Option<usize>,
-    pub delta_gather: Option<usize>,
-    pub delta_scatter: Option<usize>,
+    pub delta: Option<i64>,
+    pub delta_gather: Option<i64>,
+    pub delta_scatter: Option<i64>,
     pub count: Option<usize>,
     pub wrap: Option<usize>,
     pub pattern_size: Option<usize>,
@@ -105,6 +106,12 @@ impl InlineSpec {
             ("delta", self.delta),
             ("delta-gather", self.delta_gather),
             ("delta-scatter", self.delta_scatter),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.to_string(), serde_json::Value::from(v));
+            }
+        }
+        for (k, v) in [
             ("count", self.count),
             ("wrap", self.wrap),
             ("pattern-size", self.pattern_size),
@@ -140,6 +147,9 @@ pub struct ReplayConfig {
     pub stream_elements: Option<StreamSize>,
     /// Where to write results files; `None` writes none.
     pub out_dir: Option<PathBuf>,
+    /// `--compact-gaps BYTES`: shrink distances between indices longer than this (see
+    /// [`compact`]); `None` runs patterns as they are.
+    pub compact_gaps: Option<u64>,
 }
 
 /// How large STREAM's arrays are.
@@ -169,6 +179,7 @@ impl ReplayConfig {
             atomic: false,
             stream_elements: Some(StreamSize::Auto),
             out_dir: None,
+            compact_gaps: None,
         }
     }
 
@@ -199,6 +210,13 @@ pub enum Event<'a> {
         json: &'a Path,
         csv: &'a Path,
     },
+    /// About to run something: `what` is "STREAM" or a config's name; `index` counts the
+    /// configs from 0 (STREAM has index 0 too), of `total`.
+    Running {
+        what: &'a str,
+        index: usize,
+        total: usize,
+    },
     Stream(&'a StreamRecord),
     /// The GPU STREAM baseline (`--cuda`).
     GpuStream(&'a gpu::GpuStreamRecord),
@@ -227,6 +245,8 @@ pub enum ReplayError {
     Gpu(#[from] gpu::GpuError),
     #[error("--runs must be at least 1")]
     ZeroRuns,
+    #[error("{0}")]
+    CompactGaps(String),
     #[error("{}", ranks_part(.0))]
     Ranks(Vec<(usize, String)>),
     #[error("this mgbench was built without MPI support: rebuild it with `cargo build --release --features mpi` (needs OpenMPI and libclang: scripts/setup.sh installs libopenmpi-dev and libclang-dev)")]
@@ -320,6 +340,9 @@ pub fn plan_within(
     if config.runs == Some(0) {
         return Err(ReplayError::ZeroRuns);
     }
+    if let Some(bytes) = config.compact_gaps {
+        compact::check_bound(bytes).map_err(ReplayError::CompactGaps)?;
+    }
     let defaults = Defaults::default();
     let mut configs = Vec::new();
     for input in &config.inputs {
@@ -340,6 +363,9 @@ pub fn plan_within(
         .map(|mut c| {
             if let Some(r) = config.runs {
                 c.nruns = r;
+            }
+            if let Some(bytes) = config.compact_gaps {
+                c.compaction = compact::compact(&mut c, bytes);
             }
             let fail = |problem| ReplayError::Plan {
                 origin: c.origin.clone(),
@@ -439,6 +465,11 @@ pub fn replay(
     let pool = Pool::new(config.threads, config.placement)?;
     let stream = match config.stream_elements {
         Some(size) => {
+            on_event(Event::Running {
+                what: "STREAM",
+                index: 0,
+                total: planned.len(),
+            });
             let s = stream_on(&pool, size, stream::DEFAULT_NTIMES)?;
             if let Some(w) = &writer {
                 w.write_stream(&s)?;
@@ -451,7 +482,12 @@ pub fn replay(
     let host = Host::detect();
     let mode = config.write_mode();
     let mut records = Vec::with_capacity(planned.len());
-    for p in &planned {
+    for (index, p) in planned.iter().enumerate() {
+        on_event(Event::Running {
+            what: &p.config.name,
+            index,
+            total: planned.len(),
+        });
         let record = run_one(&pool, p, config, mode, stream.as_ref(), &host)?;
         on_event(Event::Record(&record));
         if let Some(w) = &mut writer {
@@ -632,6 +668,7 @@ pub(crate) fn measured_record(
         },
         stream_copy_mbs: stream_copy,
         pct_of_stream: stream_copy.map(|s| 100.0 * bandwidth / s),
+        compaction: c.compaction.clone(),
         racy: p.racy,
         atomic: config.atomic && c.kernel.kind().is_scatter_like(),
         pinned: false,

@@ -1,6 +1,7 @@
 //! Buffer sizes and pre-flight checks for a configuration, done before anything is allocated.
 //!
-//! Sparse size = max index + delta * (count - 1) + 1 elements (gs: one per side); dense size =
+//! Sparse size = max index + |delta| * (count - 1) + 1 elements (gs: one per side; a negative
+//! delta walks the same span downwards, see `config::iteration_origin`); dense size =
 //! pattern length * wrap elements per thread. Real traces hold indices like 8.8e12, whose sparse
 //! buffer would need 70 TB: we compute sizes in 128-bit arithmetic and refuse configurations
 //! that do not fit in the memory this machine has available, saying which keys bound them.
@@ -42,14 +43,13 @@ impl Footprint {
 #[error("{0}")]
 pub struct PlanError(pub String);
 
-/// Number of sparse elements a pattern needs: max + delta*(count-1) + 1, in 128 bits.
-fn sparse_len(
-    pattern: impl IntoIterator<Item = usize>,
-    delta: usize,
-    count: usize,
-) -> (u128, u128) {
+/// Number of sparse elements a pattern needs: max + |delta|*(count-1) + 1, in 128 bits.
+fn sparse_len(pattern: impl IntoIterator<Item = usize>, delta: i64, count: usize) -> (u128, u128) {
     let max = pattern.into_iter().max().unwrap_or(0) as u128;
-    (max, max + delta as u128 * (count as u128 - 1) + 1)
+    (
+        max,
+        max + u128::from(delta.unsigned_abs()) * (count as u128 - 1) + 1,
+    )
 }
 
 /// Computes the footprint, refusing sizes that overflow this machine's address space.
@@ -131,8 +131,9 @@ pub fn footprint(config: &RunConfig) -> Result<Footprint, PlanError> {
     })
 }
 
-const BOUND_HINT: &str = "bound it with \"boundary\" (indices taken modulo N) or \"pattern-size\" \
-                          (keep the first N indices), or lower \"count\" or \"delta\"";
+const BOUND_HINT: &str = "run it with --compact-gaps (keeps every distance up to 2 MiB and shrinks \
+                          longer ones), or bound it with \"boundary\" (indices taken modulo N) or \
+                          \"pattern-size\" (keep the first N indices), or lower \"count\" or \"delta\"";
 
 /// Checks that the configuration's buffers fit in `available` bytes (None: unknown, skip).
 pub fn check_memory(
@@ -161,7 +162,7 @@ pub fn check_memory(
             (p.into_iter().max().unwrap_or(0), d)
         };
         return Err(PlanError(format!(
-            "needs {} (a sparse buffer of {} elements = largest index {max} + delta {delta} x \
+            "needs {} (a sparse buffer of {} elements = largest index {max} + |delta {delta}| x \
              (count {} - 1) + 1, and {} dense elements x {threads} threads) but only {} is \
              available; {BOUND_HINT}",
             human_bytes(need),
@@ -208,6 +209,9 @@ pub fn scatter_may_race(config: &RunConfig, threads: usize) -> bool {
         } => (scatter.clone(), *delta_scatter),
         k => k.effective_pattern(),
     };
+    // Iterations i and i+s collide for delta d exactly when they do for -d (the bases are the
+    // same set, walked the other way), so only |delta| matters.
+    let delta = usize::try_from(delta.unsigned_abs()).unwrap_or(usize::MAX);
     if delta == 0 {
         return true;
     }
@@ -285,7 +289,7 @@ mod tests {
         let c = cfg(
             Kernel::Gather {
                 pattern: vec![usize::MAX - 1],
-                delta: usize::MAX,
+                delta: i64::MIN,
             },
             1024,
             1,
@@ -295,7 +299,7 @@ mod tests {
 
     #[test]
     fn race_detection() {
-        let scatter = |pattern: Vec<usize>, delta| Kernel::Scatter { pattern, delta };
+        let scatter = |pattern: Vec<usize>, delta: i64| Kernel::Scatter { pattern, delta };
         // Stride-1 rows of 8 with delta 8 never overlap.
         assert!(!scatter_may_race(
             &cfg(scatter((0..8).collect(), 8), 100, 1),

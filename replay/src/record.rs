@@ -64,10 +64,10 @@ pub struct ReplayRecord {
     pub backend: String,
     /// Indices moved per iteration on one side (inner pattern for multi-kernels).
     pub pattern_len: usize,
-    /// Delta in elements (gs: the gather side).
-    pub delta: usize,
+    /// Delta in elements (gs: the gather side); negative when the bases walk downwards.
+    pub delta: i64,
     /// gs only: the scatter side's delta.
-    pub delta_scatter: Option<usize>,
+    pub delta_scatter: Option<i64>,
     /// Where the delta came from: "default", "config", "generator:UNIFORM",
     /// "generator:UNIFORM:NR", "generator:LAPLACIAN" (gs: "gather=...,scatter=...").
     pub delta_source: String,
@@ -101,6 +101,10 @@ pub struct ReplayRecord {
     pub stream_copy_mbs: Option<f64>,
     /// bandwidth_mbs as a percentage of STREAM Copy, same threads, same invocation.
     pub pct_of_stream: Option<f64>,
+    /// `--compact-gaps` shrank long distances between this config's indices: the bound, how
+    /// many, and the span before and after.
+    #[serde(default)]
+    pub compaction: Option<crate::compact::Compaction>,
     /// Threads may write one sparse element concurrently: values are racy by design (the
     /// bandwidth is still meaningful). Never true with `atomic`.
     pub racy: bool,

@@ -37,15 +37,7 @@ impl ResultsWriter {
     /// Creates `dir` if needed and picks file names `<prefix>-<UTC time>-<pid>.{json,csv}`.
     /// Writes empty documents at once, so an unwritable directory fails before any run.
     pub fn create(dir: &Path, prefix: &str) -> Result<ResultsWriter, ResultsError> {
-        fs::create_dir_all(dir).map_err(|cause| ResultsError::CreateDir {
-            path: dir.to_path_buf(),
-            cause,
-        })?;
-        let stamp = crate::record::now_rfc3339()
-            .replace([':', '-'], "")
-            .trim_end_matches('Z')
-            .to_string();
-        let stem = format!("{prefix}-{stamp}Z-{}", std::process::id());
+        let stem = create_dir_and_stem(dir, prefix)?;
         let mut w = ResultsWriter {
             json_path: dir.join(format!("{stem}.json")),
             csv_path: dir.join(format!("{stem}.csv")),
@@ -105,6 +97,46 @@ impl ResultsWriter {
         write_atomically(&self.json_path, &JsonExporter.replay(&self.records)?)?;
         write_atomically(&self.csv_path, &CsvExporter.replay(&self.records)?)
     }
+}
+
+/// Creates `dir` if needed and returns this invocation's file stem,
+/// `<prefix>-<UTC time>-<pid>`.
+fn create_dir_and_stem(dir: &Path, prefix: &str) -> Result<String, ResultsError> {
+    fs::create_dir_all(dir).map_err(|cause| ResultsError::CreateDir {
+        path: dir.to_path_buf(),
+        cause,
+    })?;
+    let stamp = crate::record::now_rfc3339()
+        .replace([':', '-'], "")
+        .trim_end_matches('Z')
+        .to_string();
+    Ok(format!("{prefix}-{stamp}Z-{}", std::process::id()))
+}
+
+/// Saves a STREAM record as `stream-<time>-<pid>.json` and `.csv` in `dir` (what `mgbench
+/// stream` keeps, like replay's results files); returns both paths.
+pub fn save_stream(dir: &Path, record: &StreamRecord) -> Result<(PathBuf, PathBuf), ResultsError> {
+    let stem = create_dir_and_stem(dir, "stream")?;
+    let json = dir.join(format!("{stem}.json"));
+    let csv = dir.join(format!("{stem}.csv"));
+    write_atomically(&json, &JsonExporter.stream(record)?)?;
+    write_atomically(&csv, &CsvExporter.stream(record)?)?;
+    Ok((json, csv))
+}
+
+/// Saves a GPU STREAM record as `stream-gpu-<time>-<pid>.json` and `.csv` in `dir`.
+pub fn save_gpu_stream(
+    dir: &Path,
+    record: &crate::gpu::GpuStreamRecord,
+) -> Result<(PathBuf, PathBuf), ResultsError> {
+    let stem = create_dir_and_stem(dir, "stream-gpu")?;
+    let json = dir.join(format!("{stem}.json"));
+    let csv = dir.join(format!("{stem}.csv"));
+    let mut bytes = serde_json::to_vec_pretty(record).map_err(ExportError::from)?;
+    bytes.push(b'\n');
+    write_atomically(&json, &bytes)?;
+    write_atomically(&csv, record.csv().as_bytes())?;
+    Ok((json, csv))
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.

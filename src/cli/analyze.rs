@@ -10,7 +10,9 @@ use mgbench_synth::analyze::{analyze as run_analysis, AnalyzeConfig, Locality, L
 use mgbench_synth::apex;
 use mgbench_synth::locality::ReuseMethod;
 
+use super::progress::{Display, Style};
 use super::replay::non_negative;
+use mgbench_replay::results::write_atomically;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Format {
@@ -53,6 +55,32 @@ pub struct AnalyzeArgs {
     /// Threads decoding the trace and scoring the Apex-MAP grid (default: one per CPU).
     #[arg(long = "decode-threads", value_parser = non_negative)]
     decode_threads: Option<usize>,
+    /// Also write the report as JSON to FILE (atomically: a temporary file, then a rename).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+/// Refuses an output path whose directory does not exist or cannot be written.
+pub(crate) fn check_writable(path: &std::path::Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let meta = std::fs::metadata(&dir).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot write {}: its directory {} is not usable ({e})",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    if !meta.is_dir() {
+        anyhow::bail!(
+            "cannot write {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 fn rate(s: &str) -> Result<f64, String> {
@@ -89,12 +117,27 @@ impl AnalyzeArgs {
                 .max(1),
             apex: !self.no_apex,
             apex_m: self.apex_m,
+            progress: Default::default(),
         }
     }
 }
 
 pub fn analyze(args: AnalyzeArgs) -> Result<i32> {
-    let report = run_analysis(&args.trace, &args.config())?;
+    if let Some(out) = &args.output {
+        // Fail before minutes of analysis, not after.
+        check_writable(out)?;
+    }
+    let cfg = args.config();
+    let report = {
+        let _bar = Display::start(&cfg.progress, Style::Bytes);
+        run_analysis(&args.trace, &cfg)?
+    };
+    if let Some(path) = &args.output {
+        let mut json = serde_json::to_vec_pretty(&report)?;
+        json.push(b'\n');
+        write_atomically(path, &json)?;
+        eprintln!("mgbench: analysis -> {}", path.display());
+    }
     let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => {

@@ -15,7 +15,9 @@ use mgbench_capture::stats::trace_info;
 use mgbench_capture::symbols::Symbolizer;
 use mgbench_capture::trace::{EndInfo, Frame, Mode, TraceReader, TraceWriter};
 
+use super::progress::{Display, Style};
 use super::replay::non_negative;
+use mgbench_capture::progress::{CountingReader, Progress};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
@@ -125,8 +127,12 @@ pub fn capture(args: CaptureArgs) -> Result<i32> {
         roi: args.roi,
         roi_inclusive: !args.roi_exclusive,
         pid: args.pid,
+        progress: Default::default(),
     };
-    let report = backend::capture(&cfg)?;
+    let report = {
+        let _bar = Display::start(&cfg.progress, Style::Capture);
+        backend::capture(&cfg)?
+    };
     let per = if report.recorded > 0 {
         format!(
             ", {:.2} B/access",
@@ -391,6 +397,9 @@ pub fn import(args: ImportArgs) -> Result<i32> {
     };
     let input = std::fs::File::open(&args.input)
         .with_context(|| format!("cannot open {}", args.input.display()))?;
+    let progress = Progress::new();
+    progress.start("importing", input.metadata().map(|m| m.len()).unwrap_or(0));
+    let input = CountingReader::new(input, progress.clone());
     let mode = match kind {
         // MemGaze text keeps sample ids but not how many accesses were skipped.
         ImportKind::Memgaze => Mode::Sampled {
@@ -412,23 +421,42 @@ pub fn import(args: ImportArgs) -> Result<i32> {
                 .into(),
         );
     }
-    let out = std::fs::File::create(&args.output)
-        .with_context(|| format!("cannot create {}", args.output.display()))?;
-    let mut w = TraceWriter::create(BufWriter::new(out), &meta)
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
-    let summary = match mgbench_capture::import::import(kind, input, &mut w) {
+    // Written beside the output and renamed at the end: a failed import leaves an existing
+    // OUTPUT as it was.
+    let mut temp = args.output.as_os_str().to_owned();
+    temp.push(".tmp");
+    let temp = PathBuf::from(temp);
+    let out = std::fs::File::create(&temp)
+        .with_context(|| format!("cannot create {}", temp.display()))?;
+    let bar = Display::start(&progress, Style::Bytes);
+    let imported = TraceWriter::create(BufWriter::new(out), &meta)
+        .with_context(|| format!("cannot write {}", temp.display()))
+        .and_then(|mut w| {
+            let summary = mgbench_capture::import::import(kind, input, &mut w)
+                .with_context(|| format!("{}", args.input.display()))?;
+            w.write_end(&EndInfo {
+                recorded: summary.accesses,
+                ..EndInfo::default()
+            })
+            .and_then(|()| w.flush())
+            .with_context(|| format!("cannot write {}", temp.display()))?;
+            Ok(summary)
+        });
+    drop(bar);
+    let summary = match imported {
         Ok(s) => s,
         Err(e) => {
-            drop(w);
-            let _ = std::fs::remove_file(&args.output);
-            return Err(e).with_context(|| format!("{}", args.input.display()));
+            let _ = std::fs::remove_file(&temp);
+            return Err(e);
         }
     };
-    w.write_end(&EndInfo {
-        recorded: summary.accesses,
-        ..EndInfo::default()
-    })
-    .with_context(|| format!("cannot write {}", args.output.display()))?;
+    std::fs::rename(&temp, &args.output).with_context(|| {
+        format!(
+            "cannot move {} to {}",
+            temp.display(),
+            args.output.display()
+        )
+    })?;
     eprintln!(
         "mgbench: imported {} accesses ({} thread(s), {} sample(s)) from {} -> {}",
         summary.accesses,

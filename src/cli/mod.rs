@@ -3,6 +3,7 @@
 
 mod analyze;
 mod capture;
+mod progress;
 mod replay;
 mod synth;
 
@@ -19,6 +20,9 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Draw no progress bars (they are drawn on stderr only when it is a terminal).
+    #[arg(short = 'q', long, global = true)]
+    quiet: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -46,6 +50,10 @@ enum Command {
 
 /// Runs the command; returns the exit status for the process.
 pub fn run(cli: Cli) -> Result<i32> {
+    // Sticky: `profile` runs capture and replay through here again without the flag.
+    if cli.quiet {
+        progress::set_quiet(true);
+    }
     match cli.command {
         Command::Capture(args) => capture::capture(*args),
         Command::Trace(cmd) => capture::trace(cmd),

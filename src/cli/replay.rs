@@ -17,6 +17,9 @@ use mgbench_replay::{
 };
 use mgbench_replay::{run_rank, ReplayError, MPI_SUPPORT};
 
+use super::progress::{suspended, Display, Style};
+use mgbench_capture::progress::Progress;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Table,
@@ -45,6 +48,20 @@ pub(crate) fn non_negative(s: &str) -> Result<usize, String> {
     s.trim()
         .parse::<usize>()
         .map_err(|_| format!("{s:?} is not a non-negative integer"))
+}
+
+/// Parses a size flag value (`4096`, `64KiB`, `2MiB`).
+fn size(s: &str) -> Result<u64, String> {
+    let bytes = mgbench_replay::compact::parse_size(s)?;
+    mgbench_replay::compact::check_bound(bytes)?;
+    Ok(bytes)
+}
+
+/// Parses a signed integer flag value (deltas).
+fn signed(s: &str) -> Result<i64, String> {
+    s.trim()
+        .parse::<i64>()
+        .map_err(|_| format!("{s:?} is not an integer"))
 }
 
 #[derive(Debug, Clone, Args)]
@@ -82,6 +99,12 @@ pub struct ReplayArgs {
     /// Let the OS place threads instead of pinning one per CPU.
     #[arg(long)]
     no_pin: bool,
+    /// Run patterns whose indices are too far apart to fit in memory: distances between
+    /// consecutive distinct indices up to BYTES are kept, longer ones shrink to BYTES..2xBYTES
+    /// keeping each index's offset within a BYTES block (cache-line and page structure).
+    /// Without a value: 2MiB, a huge page.
+    #[arg(long, value_name = "BYTES", num_args = 0..=1, default_missing_value = "2MiB", value_parser = size)]
+    compact_gaps: Option<u64>,
 
     /// Inline pattern: an integer list ("0,4,8") or a generator (UNIFORM:8:1, MS1:..., LAPLACIAN:...).
     #[arg(
@@ -94,9 +117,9 @@ pub struct ReplayArgs {
     /// Kernel: gather, scatter, gs, multigather, multiscatter, apex (with --apex-l, --apex-k).
     #[arg(short = 'k', long, help_heading = "Inline pattern")]
     kernel: Option<String>,
-    /// Elements between the starts of consecutive iterations (default 8).
-    #[arg(short = 'd', long, help_heading = "Inline pattern", value_parser = non_negative)]
-    delta: Option<usize>,
+    /// Elements between the starts of consecutive iterations (default 8; negative walks down).
+    #[arg(short = 'd', long, help_heading = "Inline pattern", value_parser = signed)]
+    delta: Option<i64>,
     /// Iterations of the outer loop (default 1024).
     #[arg(short = 'l', long, help_heading = "Inline pattern", value_parser = non_negative)]
     count: Option<usize>,
@@ -120,11 +143,11 @@ pub struct ReplayArgs {
     )]
     pattern_scatter: Option<String>,
     /// Gather delta of gs.
-    #[arg(short = 'x', long, help_heading = "Inline pattern", value_parser = non_negative)]
-    delta_gather: Option<usize>,
+    #[arg(short = 'x', long, help_heading = "Inline pattern", value_parser = signed)]
+    delta_gather: Option<i64>,
     /// Scatter delta of gs.
-    #[arg(short = 'y', long, help_heading = "Inline pattern", value_parser = non_negative)]
-    delta_scatter: Option<usize>,
+    #[arg(short = 'y', long, help_heading = "Inline pattern", value_parser = signed)]
+    delta_scatter: Option<i64>,
     /// Keep only the first N indices of each pattern.
     #[arg(long, value_name = "N", help_heading = "Inline pattern", value_parser = non_negative)]
     pattern_size: Option<usize>,
@@ -203,6 +226,12 @@ pub struct StreamArgs {
     /// CUDA device ordinal for --cuda.
     #[arg(long, value_name = "N", value_parser = non_negative)]
     device: Option<usize>,
+    /// Directory for the results files (stream-<time>-<pid>.json and .csv).
+    #[arg(short = 'o', long, default_value = "results")]
+    out: PathBuf,
+    /// Write no results files.
+    #[arg(long)]
+    no_save: bool,
 }
 
 fn threads(requested: Option<usize>) -> Result<usize> {
@@ -297,6 +326,7 @@ impl ReplayArgs {
             atomic: self.atomic,
             stream_elements: (!self.no_stream).then(|| StreamSize::from(self.stream_size)),
             out_dir: (!self.no_save).then_some(self.out),
+            compact_gaps: self.compact_gaps,
         };
         Ok((config, self.format.into()))
     }
@@ -461,57 +491,72 @@ fn report(
     let stdout = std::io::stdout();
     let mut header_done = false;
     let mut print_error: Option<std::io::Error> = None;
+    let progress = Progress::new();
+    let bar = if print {
+        Display::start(&progress, Style::Items)
+    } else {
+        None
+    };
     let records = run(config, &mut |event| {
-        let mut out = stdout.lock();
-        let res = match event {
-            Event::Planned { configs } => {
-                eprintln!("mgbench: {configs} pattern config(s) checked; {place}");
-                Ok(())
-            }
-            Event::GpuStream(s) if format == ExportFormat::Table => out
-                .write_all(s.table().as_bytes())
-                .and_then(|_| writeln!(out)),
-            Event::GpuStream(s) => {
-                eprintln!(
-                    "mgbench: GPU STREAM copy {:.1} MB/s, triad {:.1} MB/s ({})",
-                    s.copy_mbs, s.triad_mbs, s.device.name
-                );
-                Ok(())
-            }
-            Event::ResultsFiles { json, csv } => {
-                eprintln!(
-                    "mgbench: results -> {} and {}",
-                    json.display(),
-                    csv.display()
-                );
-                Ok(())
-            }
-            Event::Stream(s) if format == ExportFormat::Table => {
-                let text = format.exporter().stream(s).unwrap_or_default();
-                out.write_all(&text).and_then(|_| writeln!(out))
-            }
-            Event::Stream(s) => {
-                eprintln!(
-                    "mgbench: STREAM copy {:.1} MB/s, triad {:.1} MB/s ({} threads)",
-                    s.copy_mbs, s.triad_mbs, s.threads
-                );
-                Ok(())
-            }
-            Event::Record(r) if format == ExportFormat::Table => {
-                let mut text = String::new();
-                if !header_done {
-                    text.push_str(&TableExporter::header());
-                    header_done = true;
-                }
-                text.push_str(&TableExporter::row(r));
-                out.write_all(text.as_bytes()).and_then(|_| out.flush())
-            }
-            Event::Record(_) => Ok(()),
-        };
-        if let Err(e) = res {
-            print_error.get_or_insert(e);
+        if let Event::Running { what, index, total } = event {
+            progress.start(&format!("running {what}"), total as u64);
+            progress.set(index as u64);
+            return;
         }
+        suspended(&bar, || {
+            let mut out = stdout.lock();
+            let res = match event {
+                Event::Planned { configs } => {
+                    eprintln!("mgbench: {configs} pattern config(s) checked; {place}");
+                    Ok(())
+                }
+                Event::GpuStream(s) if format == ExportFormat::Table => out
+                    .write_all(s.table().as_bytes())
+                    .and_then(|_| writeln!(out)),
+                Event::GpuStream(s) => {
+                    eprintln!(
+                        "mgbench: GPU STREAM copy {:.1} MB/s, triad {:.1} MB/s ({})",
+                        s.copy_mbs, s.triad_mbs, s.device.name
+                    );
+                    Ok(())
+                }
+                Event::ResultsFiles { json, csv } => {
+                    eprintln!(
+                        "mgbench: results -> {} and {}",
+                        json.display(),
+                        csv.display()
+                    );
+                    Ok(())
+                }
+                Event::Stream(s) if format == ExportFormat::Table => {
+                    let text = format.exporter().stream(s).unwrap_or_default();
+                    out.write_all(&text).and_then(|_| writeln!(out))
+                }
+                Event::Stream(s) => {
+                    eprintln!(
+                        "mgbench: STREAM copy {:.1} MB/s, triad {:.1} MB/s ({} threads)",
+                        s.copy_mbs, s.triad_mbs, s.threads
+                    );
+                    Ok(())
+                }
+                Event::Record(r) if format == ExportFormat::Table => {
+                    let mut text = String::new();
+                    if !header_done {
+                        text.push_str(&TableExporter::header());
+                        header_done = true;
+                    }
+                    text.push_str(&TableExporter::row(r));
+                    out.write_all(text.as_bytes()).and_then(|_| out.flush())
+                }
+                Event::Record(_) => Ok(()),
+                Event::Running { .. } => Ok(()),
+            };
+            if let Err(e) = res {
+                print_error.get_or_insert(e);
+            }
+        })
     })?;
+    drop(bar);
     if !print {
         return Ok(());
     }
@@ -543,6 +588,14 @@ pub fn stream(args: StreamArgs) -> Result<()> {
     let threads = threads(args.threads)?;
     let size = StreamSize::from(args.size);
     let record = mgbench_replay::run_stream(threads, placement(args.no_pin), size, args.runs)?;
+    if !args.no_save {
+        let (json, csv) = mgbench_replay::results::save_stream(&args.out, &record)?;
+        eprintln!(
+            "mgbench: results -> {} and {}",
+            json.display(),
+            csv.display()
+        );
+    }
     let format: ExportFormat = args.format.into();
     let bytes = format.exporter().stream(&record)?;
     std::io::stdout()
@@ -563,6 +616,14 @@ fn stream_cuda(args: StreamArgs) -> Result<()> {
     let mut device = gpu::open_device(args.device.unwrap_or(0))?;
     let host = mgbench_replay::record::Host::detect();
     let record = gpu::run_gpu_stream(device.as_mut(), size, args.runs, &host)?;
+    if !args.no_save {
+        let (json, csv) = mgbench_replay::results::save_gpu_stream(&args.out, &record)?;
+        eprintln!(
+            "mgbench: results -> {} and {}",
+            json.display(),
+            csv.display()
+        );
+    }
     let text = match args.format {
         Format::Table => record.table().into_bytes(),
         Format::Csv => record.csv().into_bytes(),

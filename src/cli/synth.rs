@@ -9,7 +9,9 @@ use clap::{Args, Parser};
 use mgbench_synth::analyze::{analyze, AnalyzeConfig};
 use mgbench_synth::{apex_entry, pattern_file, synthesize, SynthConfig, SynthReport, Verdict};
 
+use super::progress::{Display, Style};
 use super::replay::non_negative;
+use mgbench_replay::results::write_atomically;
 
 #[derive(Debug, Args)]
 pub struct SynthArgs {
@@ -82,6 +84,7 @@ impl SynthOptions {
             threads: self
                 .decode_threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            progress: Default::default(),
         }
     }
 }
@@ -154,14 +157,19 @@ fn mine(
     with_apex: bool,
 ) -> Result<(SynthReport, Option<PathBuf>)> {
     let cfg = opts.config();
-    let report = synthesize(trace, &cfg)?;
+    let report = {
+        let _bar = Display::start(&cfg.progress, Style::Bytes);
+        synthesize(trace, &cfg)?
+    };
     let apex = if with_apex {
+        let _bar = Display::start(&cfg.progress, Style::Bytes);
         let locality = analyze(
             trace,
             &AnalyzeConfig {
                 thread: cfg.thread,
                 allow_damaged: cfg.allow_damaged,
                 threads: cfg.threads.max(1),
+                progress: cfg.progress.clone(),
                 ..AnalyzeConfig::default()
             },
         )?;
@@ -209,7 +217,7 @@ fn mine(
         );
     }
     let json = pattern_file(&report.patterns, apex.as_ref())?;
-    std::fs::write(&out, json).with_context(|| format!("cannot write {}", out.display()))?;
+    write_atomically(&out, json.as_bytes())?;
     eprintln!(
         "mgbench: {} pattern(s){} from {} accesses -> {}",
         report.patterns.len(),

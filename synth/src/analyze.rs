@@ -28,6 +28,8 @@ pub struct AnalyzeConfig {
     pub apex: bool,
     /// Apex-MAP memory size in words.
     pub apex_m: u64,
+    /// Advanced as the trace is read (bytes of the file), for a progress display.
+    pub progress: mgbench_capture::progress::Progress,
 }
 
 impl Default for AnalyzeConfig {
@@ -40,6 +42,7 @@ impl Default for AnalyzeConfig {
             threads: 1,
             apex: true,
             apex_m: apex::DEFAULT_M,
+            progress: Default::default(),
         }
     }
 }
@@ -107,7 +110,7 @@ fn summarize(a: &mut Analyzer, rho: f64, grid: Option<&ApexGrid>) -> Locality {
 /// Analyses the trace at `path`.
 pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, SynthError> {
     let p = path.display().to_string();
-    let reader = crate::open(path)?;
+    let reader = crate::open(path, &cfg.progress, "analysing")?;
     let meta = reader.meta().clone();
     let full = matches!(meta.mode, Mode::Full);
     let mut program = Analyzer::new(cfg.method);

@@ -26,6 +26,8 @@ pub struct SynthConfig {
     pub allow_damaged: bool,
     /// Threads decoding the trace (1: decode on the mining thread).
     pub threads: usize,
+    /// Advanced as the trace is read (bytes of the file), for a progress display.
+    pub progress: mgbench_capture::progress::Progress,
 }
 
 impl Default for SynthConfig {
@@ -42,6 +44,7 @@ impl Default for SynthConfig {
             max_pattern: 1 << 20,
             allow_damaged: false,
             threads: 1,
+            progress: Default::default(),
         }
     }
 }

@@ -30,6 +30,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 
+use mgbench_capture::progress::{CountingReader, Progress};
 use mgbench_capture::symbols::{SourceLocation, Symbolizer};
 use mgbench_capture::trace::{AccessKind, Chunk, Frame, Mapping, TraceMeta, TraceReader};
 use serde::Serialize;
@@ -83,7 +84,8 @@ pub struct SynthPattern {
     pub name: String,
     pub kernel: PatternKind,
     pub pattern: Vec<u64>,
-    pub delta: u64,
+    /// Shift of the base per repetition, in elements; negative when the stream walks down.
+    pub delta: i64,
     pub count: u64,
     pub source: Source,
     /// Dynamic executions of the instruction (its accesses of this kind).
@@ -174,14 +176,22 @@ impl SynthReport {
     }
 }
 
-pub(crate) fn open(path: &Path) -> Result<TraceReader<BufReader<File>>, SynthError> {
+/// A trace file being read, counting its bytes into a [`Progress`].
+pub(crate) type TraceFile = TraceReader<BufReader<CountingReader<File>>>;
+
+/// Opens the trace at `path`; `progress` starts phase `what` with the file's size as total.
+pub(crate) fn open(path: &Path, progress: &Progress, what: &str) -> Result<TraceFile, SynthError> {
     let p = path.display().to_string();
     let f = File::open(path).map_err(|cause| SynthError::Open {
         path: p.clone(),
         cause,
     })?;
-    TraceReader::open(BufReader::with_capacity(1 << 20, f))
-        .map_err(|cause| SynthError::Read { path: p, cause })
+    progress.start(what, f.metadata().map(|m| m.len()).unwrap_or(0));
+    TraceReader::open(BufReader::with_capacity(
+        1 << 20,
+        CountingReader::new(f, progress.clone()),
+    ))
+    .map_err(|cause| SynthError::Read { path: p, cause })
 }
 
 /// What a pass learns besides the accesses: the header, the mappings, and where the trace
@@ -192,9 +202,10 @@ type PassInfo = (TraceMeta, Vec<Mapping>, Option<(u64, String)>);
 fn for_each_chunk(
     path: &Path,
     cfg: &SynthConfig,
+    what: &str,
     mut f: impl FnMut(&Chunk),
 ) -> Result<PassInfo, SynthError> {
-    let r = open(path)?;
+    let r = open(path, &cfg.progress, what)?;
     let meta = r.meta().clone();
     let mut maps = Vec::new();
     let damage =
@@ -254,7 +265,7 @@ fn few_distances(unique: usize, oob_fraction: f64, cfg: &SynthConfig) -> Option<
     })
 }
 
-fn describe_compression(c: &Compression, negative_shift: bool, cap: usize) -> String {
+fn describe_compression(c: &Compression, cap: usize) -> String {
     match c {
         Compression::Repeated {
             period,
@@ -271,9 +282,6 @@ fn describe_compression(c: &Compression, negative_shift: bool, cap: usize) -> St
                 ));
             }
             s
-        }
-        Compression::Full if negative_shift => {
-            "the full index stream (it repeats with a negative shift, which replay cannot express)".into()
         }
         Compression::Full => "the full index stream (it does not repeat)".into(),
         Compression::Truncated { kept, total } => format!(
@@ -304,7 +312,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             },
             cfg.oob_distance,
         );
-    let (meta, mappings, damage) = for_each_chunk(path, cfg, |c| {
+    let (meta, mappings, damage) = for_each_chunk(path, cfg, "mining (pass 1)", |c| {
         for a in &c.accesses {
             windows.push(a);
         }
@@ -426,7 +434,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             .iter()
             .map(|st| (st.ip, u64::from(st.element_size)))
             .collect();
-        for_each_chunk(path, cfg, |c| {
+        for_each_chunk(path, cfg, "recording patterns (pass 2)", |c| {
             for a in &c.accesses {
                 if let Some(r) = pass2.get_mut(&(a.ip, a.kind == AccessKind::Store)) {
                     r.push(a.addr / sizes[&a.ip]);
@@ -481,7 +489,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             },
             instances: r.instances,
             element_size: size as u8,
-            compression: describe_compression(&r.compression, r.negative_shift, cfg.max_pattern),
+            compression: describe_compression(&r.compression, cfg.max_pattern),
             synth: SynthStats {
                 flagged_windows: c.flagged_windows,
                 unique_distances: unique,

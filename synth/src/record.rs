@@ -20,11 +20,12 @@ pub enum Compression {
     Full,
     /// The first `kept` indices of a longer stream that does not repeat (count 1).
     Truncated { kept: usize, total: u64 },
-    /// One base pattern repeated `count` times, shifted by `delta` each time.
+    /// One base pattern repeated `count` times, shifted by `delta` each time (negative when
+    /// the stream walks downwards; replay runs such deltas as they are).
     Repeated {
         period: usize,
         count: u64,
-        delta: u64,
+        delta: i64,
         /// Indices after the last whole repetition, not represented.
         dropped_tail: u64,
     },
@@ -35,15 +36,13 @@ pub enum Compression {
 pub struct Recorded {
     /// Indices minus their minimum (the base pattern when repeated).
     pub pattern: Vec<u64>,
-    pub delta: u64,
+    pub delta: i64,
     pub count: u64,
     pub compression: Compression,
     pub instances: u64,
     pub unique_distances: usize,
     /// Fraction of distances with |d| >= the OOB threshold.
     pub oob_fraction: f64,
-    /// A negative shift was found (replay cannot express it; written as a list).
-    pub negative_shift: bool,
 }
 
 /// State of the periodicity check on indices beyond the prefix.
@@ -174,27 +173,24 @@ impl Recorder {
             let min = s.iter().copied().min().unwrap_or(0);
             s.iter().map(|&x| x - min).collect::<Vec<u64>>()
         };
-        let mut negative_shift = false;
         if let Some((p, d)) = periodic {
-            if d >= 0 && d <= i128::from(u64::MAX) {
+            if let Ok(d) = i64::try_from(d) {
                 let count = self.total / p as u64;
                 return Recorded {
                     pattern: base(&self.prefix[..p]),
-                    delta: d as u64,
+                    delta: d,
                     count,
                     compression: Compression::Repeated {
                         period: p,
                         count,
-                        delta: d as u64,
+                        delta: d,
                         dropped_tail: self.total - count * p as u64,
                     },
                     instances: self.total,
                     unique_distances,
                     oob_fraction,
-                    negative_shift: false,
                 };
             }
-            negative_shift = true;
         }
         let compression = if self.total as usize > self.prefix.len() {
             Compression::Truncated {
@@ -212,7 +208,6 @@ impl Recorder {
             instances: self.total,
             unique_distances,
             oob_fraction,
-            negative_shift,
         }
     }
 }
@@ -335,13 +330,19 @@ mod tests {
     }
 
     #[test]
-    fn negative_shifts_are_not_compressed() {
+    fn negative_shifts_give_a_negative_delta() {
         let s: Vec<u64> = (0..10u64)
             .flat_map(|i| [1000 - 10 * i, 1003 - 10 * i])
             .collect();
         let r = record(&s, 1 << 20);
-        assert!(r.negative_shift);
-        assert_eq!(r.count, 1);
+        assert_eq!((r.pattern.clone(), r.delta, r.count), (vec![0, 3], -10, 10));
+        // Replay's iteration i reads origin + pattern + delta * i with origin = 10 * 9: the
+        // same indices as the stream, less its minimum (910).
+        let min = s.iter().min().unwrap();
+        for (i, w) in s.chunks(2).enumerate() {
+            let base = 90 - 10 * i as u64;
+            assert_eq!([w[0] - min, w[1] - min], [base, base + 3]);
+        }
     }
 
     #[test]

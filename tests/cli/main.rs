@@ -4,6 +4,7 @@ mod analyze;
 mod capture;
 mod common;
 mod cuda;
+mod inputs;
 mod mpi;
 mod replay;
 mod synth;

@@ -238,3 +238,52 @@ fn a_failing_rank_ends_the_job_with_its_message() {
     assert_eq!(code, Some(1));
     assert!(err.contains("needs mpirun, which is not on PATH"), "{err}");
 }
+
+#[test]
+fn negative_deltas_run_weak_and_strong() {
+    if !mpi_ready("negative deltas under mpirun") {
+        return;
+    }
+    let dir = temp_dir("mpi-negdelta");
+    // Weak: every rank runs the whole downward walk.
+    let r = record(
+        &[
+            "--mpi", "2", "-k", "scatter", "-p", "0,3,1,2", "-d", "-4", "-l", "1000", "-t", "1",
+        ],
+        &dir,
+    );
+    assert_eq!(r["delta"], -4);
+    assert_eq!(r["bytes"].as_u64().unwrap(), 2 * 8 * 4 * 1000);
+    // Strong: the count loop is split; the shares still cover it exactly once.
+    let r = record(
+        &[
+            "--mpi",
+            "4",
+            "--strong",
+            "-p",
+            "UNIFORM:8:1",
+            "-d",
+            "-3",
+            "-l",
+            "10",
+            "-t",
+            "1",
+        ],
+        &dir,
+    );
+    assert_eq!(r["delta"], -3);
+    assert_eq!(r["bytes"].as_u64().unwrap(), 8 * 8 * 10);
+    assert_partition(&r, 10, 8);
+    // gs with a negative gather side, from a file, split by pattern (count < ranks).
+    std::fs::write(
+        dir.join("gs.json"),
+        r#"[{"kernel":"gs","pattern-gather":[0,1,2,3],"pattern-scatter":[3,2,1,0],"delta-gather":-5,"delta-scatter":4,"count":2}]"#,
+    )
+    .unwrap();
+    let r = record(&["--mpi", "4", "--strong", "gs.json", "-t", "1"], &dir);
+    assert_eq!(
+        (r["delta"].as_i64(), r["delta_scatter"].as_i64()),
+        (Some(-5), Some(4))
+    );
+    assert_partition(&r, 2, 4);
+}

@@ -168,14 +168,14 @@ fn bad_pattern_file_fails_cleanly_and_runs_nothing() {
     let dir = temp_dir("bad");
     std::fs::write(
         dir.join("p.json"),
-        r#"[{"pattern":"UNIFORM:8:1"}, {"name":"neg","pattern":[1],"delta":-3}]"#,
+        r#"[{"pattern":"UNIFORM:8:1"}, {"name":"half","pattern":[1],"delta":-3.5}]"#,
     )
     .unwrap();
     let o = mgbench(&["replay", "p.json", "--no-stream"], &dir);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     assert!(
-        err.starts_with("mgbench: p.json: config #1 (\"neg\"): \"delta\""),
+        err.starts_with("mgbench: p.json: config #1 (\"half\"): \"delta\": -3.5 is not an integer"),
         "{err}"
     );
     assert!(o.stdout.is_empty(), "nothing ran");

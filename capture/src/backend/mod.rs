@@ -69,6 +69,8 @@ pub struct CaptureConfig {
     pub roi_inclusive: bool,
     /// Attach to this process instead of starting one (ptrace).
     pub pid: Option<i32>,
+    /// Advanced while the program runs: accesses recorded (`done`) and trace bytes (`items`).
+    pub progress: crate::progress::Progress,
 }
 
 /// How the traced program ended.

@@ -142,6 +142,7 @@ struct Tracer {
     roi_image: Option<(String, u64)>,
     incomplete: u64,
     errors: Vec<String>,
+    progress: crate::progress::Progress,
 }
 
 fn options(attached: bool) -> Options {
@@ -275,6 +276,8 @@ impl Tracer {
                     .push(id, a, &mut self.writer)
                     .map_err(|e| CaptureError::Invalid(e.to_string()))?;
             }
+            self.progress.set(self.builder.summary.accesses);
+            self.progress.set_items(self.writer.bytes_written());
         }
         let t = self.threads.get_mut(&tid).expect("thread present");
         if self.roi == Roi::Inclusive && in_roi && decoded.as_ref().is_some_and(is_ret) {
@@ -429,6 +432,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         cache: HashMap::new(),
         layout: XsaveLayout::detect(),
         builder: ChunkBuilder::new(),
+        progress: cfg.progress.clone(),
         writer,
         known_maps: Vec::new(),
         window,

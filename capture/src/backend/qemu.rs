@@ -122,12 +122,17 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     };
     let status = PathBuf::from(format!("{}.status", output.display()));
     let _ = std::fs::remove_file(&status);
+    // The plugin's writer keeps its running totals (accesses, trace bytes) in the first 16
+    // bytes of this file; a thread here reads them into cfg.progress.
+    let progress_file = PathBuf::from(format!("{}.progress", output.display()));
+    std::fs::write(&progress_file, [0u8; 16]).map_err(out_err)?;
 
     let mut arg = format!(
-        "{},out={},status={}",
+        "{},out={},status={},progress={}",
         plugin.display(),
         output.display(),
-        status.display()
+        status.display(),
+        progress_file.display()
     );
     if let Mode::Sampled { window, period } = cfg.mode {
         arg.push_str(&format!(",window={window},period={period}"));
@@ -167,7 +172,10 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             what: qemu.display().to_string(),
             cause,
         })?;
+    let watcher = ProgressWatcher::start(progress_file.clone(), cfg.progress.clone());
     let wait = child.wait();
+    drop(watcher);
+    let _ = std::fs::remove_file(&progress_file);
     let interrupted = guard.caught();
     drop(guard);
     let elapsed_s = start.elapsed().as_secs_f64();
@@ -264,4 +272,45 @@ struct PluginStatus {
 fn read_status(path: &Path) -> Option<PluginStatus> {
     let text = std::fs::read_to_string(path).ok()?;
     serde_json::from_str(&text).ok()
+}
+
+/// Copies the plugin's running totals (two little-endian u64 at the start of the progress
+/// file: accesses recorded, trace bytes) into a [`Progress`] every 100 ms until dropped.
+struct ProgressWatcher {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ProgressWatcher {
+    fn start(path: PathBuf, progress: crate::progress::Progress) -> ProgressWatcher {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            progress.start("capturing", 0);
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(b) = std::fs::read(&path) {
+                    if let (Some(r), Some(t)) = (b.get(0..8), b.get(8..16)) {
+                        let word = |x: &[u8]| u64::from_le_bytes(x.try_into().unwrap_or([0; 8]));
+                        progress.set(word(r));
+                        progress.set_items(word(t));
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+        ProgressWatcher {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for ProgressWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }

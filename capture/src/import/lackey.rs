@@ -16,7 +16,25 @@ fn parse_pair(s: &str, line: u64) -> Result<(u64, u8), ImportError> {
     Ok((addr, u8::try_from(size).unwrap_or(u8::MAX)))
 }
 
-/// Imports lackey output.
+/// Valgrind's own lines: `==PID== text` (the tool's messages), `--PID-- text` (warnings,
+/// debug output) and `**PID** text` (fatal messages).
+fn is_valgrind_message(line: &str) -> bool {
+    let b = line.as_bytes();
+    let Some(&mark) = b.first() else {
+        return false;
+    };
+    if !matches!(mark, b'=' | b'-' | b'*') || b.get(1) != Some(&mark) {
+        return false;
+    }
+    let rest = &b[2..];
+    let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    digits > 0 && rest.get(digits) == Some(&mark) && rest.get(digits + 1) == Some(&mark)
+}
+
+/// Imports lackey output as Valgrind writes it: its header and summary (`==PID==`), warnings
+/// (`--PID--`), `SB addr` superblock lines (`--trace-superblocks=yes`) and the `I`, ` L`,
+/// ` S`, ` M` records. Any other line is an error naming its number (a program's own output
+/// mixed into the log, for example: rerun with `--log-file=FILE`).
 pub fn import_lackey<W: Write>(
     input: impl BufRead,
     w: &mut TraceWriter<W>,
@@ -26,7 +44,19 @@ pub fn import_lackey<W: Write>(
     for (n, line) in input.lines().enumerate() {
         let line_no = n as u64 + 1;
         let line = line.map_err(ImportError::Io)?;
-        if line.starts_with("==") || line.trim().is_empty() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        if is_valgrind_message(&line) {
+            b.ignore("Valgrind message lines");
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("SB ") {
+            u64::from_str_radix(rest.trim(), 16).map_err(|_| ImportError::Parse {
+                line: line_no,
+                what: format!("expected `SB hexaddr`, found {line:?}"),
+            })?;
+            b.ignore("superblock (SB) lines");
             continue;
         }
         let (tag, rest) = match line.get(..2) {
@@ -67,8 +97,10 @@ pub fn import_lackey<W: Write>(
                 return Err(ImportError::Parse {
                     line: line_no,
                     what: format!(
-                    "unrecognised line {line:?}: expected lackey's `I`, ` L`, ` S` or ` M` records"
-                ),
+                        "unrecognised line {line:?}: expected lackey's `I`, ` L`, ` S`, ` M` or \
+                         `SB` records, or Valgrind's `==PID==` lines (if the program's own output \
+                         is mixed in, rerun valgrind with --log-file=FILE)"
+                    ),
                 })
             }
         }

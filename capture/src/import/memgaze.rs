@@ -20,8 +20,24 @@ fn number(s: &str, line: u64, what: &str) -> Result<u64, ImportError> {
     })
 }
 
+/// A timestamp: MemGaze writes seconds with a fraction (`13963977.121160038`); integers are
+/// accepted too. The value is only checked (accesses keep their order in the file).
+fn timestamp(s: &str, line: u64) -> Result<f64, ImportError> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|t| t.is_finite() && *t >= 0.0)
+        .ok_or_else(|| ImportError::Parse {
+            line,
+            what: format!(
+                "time {s:?} is not a non-negative number (seconds, e.g. 13963977.121160038)"
+            ),
+        })
+}
+
 /// Imports a MemGaze text trace. MemGaze lines carry no load/store flag: every access is
-/// recorded as a load of 8 bytes, and the trace says so in its notes.
+/// recorded as a load of 8 bytes, and the trace says so in its notes. Lines have five fields,
+/// or six with the dso (`[app]`, a library path); anything else is an error naming the line.
 pub fn import_memgaze<W: Write>(
     input: impl BufRead,
     w: &mut TraceWriter<W>,
@@ -36,16 +52,19 @@ pub fn import_memgaze<W: Write>(
             continue;
         }
         let f: Vec<&str> = t.split_whitespace().collect();
-        if f.len() < 5 {
+        if f.len() != 5 && f.len() != 6 {
             return Err(ImportError::Parse {
                 line: line_no,
-                what: format!("expected `ip addr cpu time sample [dso]`, found {t:?}"),
+                what: format!(
+                    "expected `ip addr cpu time sample [dso]` (5 or 6 fields), found {} in {t:?}",
+                    f.len()
+                ),
             });
         }
         let ip = number(f[0], line_no, "ip")?;
         let addr = number(f[1], line_no, "address")?;
         let cpu = number(f[2], line_no, "cpu")?;
-        let _time = number(f[3], line_no, "time")?;
+        timestamp(f[3], line_no)?;
         let sample = number(f[4], line_no, "sample")?;
         let thread = u32::try_from(cpu).map_err(|_| ImportError::Parse {
             line: line_no,

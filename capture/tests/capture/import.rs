@@ -75,6 +75,72 @@ fn lackey_garbage_names_the_line() {
 }
 
 #[test]
+fn lackey_full_log_with_superblocks_and_warnings() {
+    let (chunks, s) = run(ImportKind::Lackey, &fixture("lackey-full.txt")).unwrap();
+    use AccessKind::*;
+    assert_eq!(
+        chunks[0].accesses,
+        vec![
+            acc(0x4011d0, 0x1ffefffd40, 8, Load),
+            acc(0x4011d4, 0x1ffefffd48, 8, Store),
+            acc(0x4011d7, 0x4c6e060, 4, Load),
+            acc(0x4011d7, 0x4c6e060, 4, Store),
+        ]
+    );
+    // Nothing is dropped silently: the skipped lines are counted by kind.
+    assert_eq!(s.ignored["superblock (SB) lines"], 2);
+    assert_eq!(s.ignored["Valgrind message lines"], 15);
+    // A malformed SB line, or program output mixed in, names its line.
+    let e = run(
+        ImportKind::Lackey,
+        b"I  401000,4
+SB zz
+",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("line 2:") && e.contains("SB"), "{e}");
+    let e = run(
+        ImportKind::Lackey,
+        b"I  401000,4
+ L 1000,8
+hello world
+",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("line 3:") && e.contains("--log-file"), "{e}");
+}
+
+#[test]
+fn memgaze_fractional_times_and_optional_dso() {
+    let (chunks, s) = run(ImportKind::Memgaze, &fixture("memgaze-fractional.txt")).unwrap();
+    assert_eq!((s.accesses, s.threads, s.samples), (4, 2, 3));
+    let t0 = chunks.iter().find(|c| c.thread == 0).unwrap();
+    assert_eq!(
+        t0.accesses[0],
+        acc(0x40b21f, 0x7ffec7780340, 8, AccessKind::Load)
+    );
+    assert_eq!(
+        t0.samples.iter().map(|s| (s.id, s.len)).collect::<Vec<_>>(),
+        vec![(1, 2), (2, 1)]
+    );
+    for (bad, what) in [
+        ("0x1 0x2 0 12.5.1 1\n", "time"),
+        ("0x1 0x2 0 -3 1\n", "time"),
+        ("0x1 0x2 0 1.5 1 [a] extra\n", "7 in"),
+        ("0x1 0x2 0 1.5\n", "4 in"),
+        ("0x1 0xzz 0 1.5 1\n", "address"),
+    ] {
+        let text = format!("0x1 0x2 0 1.0 1\n{bad}");
+        let e = run(ImportKind::Memgaze, text.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("line 2:") && e.contains(what), "{bad}: {e}");
+    }
+}
+
+#[test]
 fn memgaze_fixture_keeps_threads_and_samples() {
     let (chunks, s) = run(ImportKind::Memgaze, &fixture("memgaze.txt")).unwrap();
     assert_eq!((s.accesses, s.threads, s.samples), (5, 2, 3));
@@ -118,7 +184,14 @@ fn gspin_raw_and_gzip() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&raw).unwrap();
     let gz = gz.finish().unwrap();
-    for input in [&raw, &gz] {
+    // gzip streams of several members (e.g. files appended to, or written by pigz) read whole.
+    let mut multi = Vec::new();
+    for part in raw.chunks(12 * 3) {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(part).unwrap();
+        multi.extend(e.finish().unwrap());
+    }
+    for input in [&raw, &gz, &multi] {
         let (chunks, s) = run(ImportKind::Gspin, input).unwrap();
         use AccessKind::*;
         assert_eq!(

@@ -64,6 +64,9 @@ pub const REPLAY_COLUMNS: &[&str] = &[
     "host_load_avg_1m",
     "host_os",
     "mgbench_version",
+    "compaction_max_gap_bytes",
+    "compaction_original_span_bytes",
+    "compaction_span_bytes",
 ];
 
 /// STREAM CSV columns: one row per kernel.
@@ -186,6 +189,10 @@ impl Exporter for CsvExporter {
             ];
             row.extend(host_cells(&r.host));
             row.push(r.mgbench_version.clone());
+            let c = r.compaction.as_ref();
+            row.push(opt(&c.map(|c| c.max_gap_bytes)));
+            row.push(opt(&c.map(|c| c.original_span_elems.saturating_mul(8))));
+            row.push(opt(&c.map(|c| c.span_elems.saturating_mul(8))));
             w.write_record(&row)?;
         }
         finish(w)

@@ -16,7 +16,7 @@ use super::{
     DeviceInfo, GpuDevice, GpuError, GpuJob, StreamRun, BABELSTREAM_SOURCE, DOT_BLOCK,
     SPATTER_SOURCE, STREAM_INIT, STREAM_SCALAR,
 };
-use crate::config::Kernel;
+use crate::config::{iteration_origin, Kernel};
 
 pub struct CudaDevice {
     ctx: Arc<CudaContext>,
@@ -276,8 +276,9 @@ impl CudaDevice {
         let mut sparse = self.zeros(fp.sparse_elems)?;
         self.fill(&mut sparse, 1.0)?;
         // Gather, scatter and the multi-kernels take (dense, sparse) or (sparse, dense), their
-        // index tables (the pattern; or outer, inner), then len, delta, count, wrap.
-        let (tables, delta, gather): (Vec<&[usize]>, usize, bool) = match &c.kernel {
+        // index tables (the pattern; or outer, inner), then len, delta, origin, count, wrap
+        // (origin lifts a negative delta's bases above 0: config::iteration_origin).
+        let (tables, delta, gather): (Vec<&[usize]>, i64, bool) = match &c.kernel {
             Kernel::Gather { pattern, delta } => (vec![pattern], *delta, true),
             Kernel::Scatter { pattern, delta } => (vec![pattern], *delta, false),
             Kernel::MultiGather {
@@ -299,7 +300,9 @@ impl CudaDevice {
                 let mut sparse_s = self.zeros(fp.sparse_scatter_elems)?;
                 let pg = self.indices(gather)?;
                 let ps = self.indices(scatter)?;
-                let (dg, ds) = (*delta_gather as u64, *delta_scatter as u64);
+                let (dg, ds) = (*delta_gather, *delta_scatter);
+                let og = iteration_origin(dg, c.count) as u64;
+                let os = iteration_origin(ds, c.count) as u64;
                 return self.timed(job.warmup, job.nruns, &mut || {
                     let mut b = self.stream.launch_builder(&f);
                     b.arg(&mut sparse_s)
@@ -308,7 +311,9 @@ impl CudaDevice {
                         .arg(&pg)
                         .arg(&len)
                         .arg(&ds)
+                        .arg(&os)
                         .arg(&dg)
+                        .arg(&og)
                         .arg(&count);
                     // SAFETY: matches gs(_atomic) in spatter.cu; buffers sized by the plan.
                     unsafe { launch(&mut b, cfg) }
@@ -327,7 +332,7 @@ impl CudaDevice {
             .into_iter()
             .map(|t| self.indices(t))
             .collect::<Result<Vec<_>, _>>()?;
-        let delta = delta as u64;
+        let origin = iteration_origin(delta, c.count) as u64;
         self.timed(job.warmup, job.nruns, &mut || {
             let mut b = self.stream.launch_builder(&f);
             if gather {
@@ -338,7 +343,7 @@ impl CudaDevice {
             for t in &tables {
                 b.arg(t);
             }
-            b.arg(&len).arg(&delta).arg(&count).arg(&wrap);
+            b.arg(&len).arg(&delta).arg(&origin).arg(&count).arg(&wrap);
             // SAFETY: matches gather/scatter/multigather/multiscatter(_atomic) in spatter.cu,
             // and the buffers hold the footprint plan::footprint computed for them.
             unsafe { launch(&mut b, cfg) }

@@ -205,7 +205,9 @@ pub fn launch_shape(
 
 /// Whether some sparse element is written more than once by `pattern[j] + delta * i`
 /// (i < count): a duplicate index, or two indices a multiple m*delta apart with m < count.
-pub fn writes_repeat(pattern: &[usize], delta: usize, count: usize) -> bool {
+/// A negative delta walks the same bases downwards, so only |delta| matters.
+pub fn writes_repeat(pattern: &[usize], delta: i64, count: usize) -> bool {
+    let delta = usize::try_from(delta.unsigned_abs()).unwrap_or(usize::MAX);
     let mut v = pattern.to_vec();
     v.sort_unstable();
     if v.windows(2).any(|w| w[0] == w[1]) {
@@ -227,7 +229,7 @@ pub fn writes_repeat(pattern: &[usize], delta: usize, count: usize) -> bool {
 /// The kernel function for a configuration and whether it is the atomic variant: scatter
 /// sides whose writes repeat (or all scatters with `--atomic`) add atomically.
 pub fn kernel_function(c: &RunConfig, force_atomic: bool) -> Result<(&'static str, bool), String> {
-    let repeat = |p: &[usize], d: usize| force_atomic || writes_repeat(p, d, c.count);
+    let repeat = |p: &[usize], d: i64| force_atomic || writes_repeat(p, d, c.count);
     Ok(match &c.kernel {
         Kernel::Gather { .. } => ("gather", false),
         Kernel::MultiGather { .. } => ("multigather", false),
@@ -589,6 +591,11 @@ pub fn run_gpu(
     let host = Host::detect();
     let stream = match config.stream_elements {
         Some(size) => {
+            on_event(Event::Running {
+                what: "GPU STREAM",
+                index: 0,
+                total: planned.len(),
+            });
             let s = run_gpu_stream(dev, size, DEFAULT_STREAM_NTIMES, &host)?;
             if let Some(w) = &writer {
                 w.write_gpu_stream(&s)?;
@@ -599,7 +606,12 @@ pub fn run_gpu(
         None => None,
     };
     let mut records = Vec::new();
-    for p in planned {
+    for (index, p) in planned.iter().enumerate() {
+        on_event(Event::Running {
+            what: &p.config.name,
+            index,
+            total: planned.len(),
+        });
         let new = if opts.sweep {
             sweep(p, config, opts, dev, stream.as_ref(), &host)?
         } else {

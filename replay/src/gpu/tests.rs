@@ -73,14 +73,15 @@ fn inline(json: &str) -> Input {
             .map(|x| x.to_string().trim_matches('"').to_string())
     };
     let u = |k: &str| o.get(k).and_then(|x| x.as_u64()).map(|x| x as usize);
+    let i = |k: &str| o.get(k).and_then(|x| x.as_i64());
     Input::Inline(Box::new(crate::InlineSpec {
         kernel: s("kernel"),
         pattern: s("pattern"),
         pattern_gather: s("pattern-gather"),
         pattern_scatter: s("pattern-scatter"),
-        delta: u("delta"),
-        delta_gather: u("delta-gather"),
-        delta_scatter: u("delta-scatter"),
+        delta: i("delta"),
+        delta_gather: i("delta-gather"),
+        delta_scatter: i("delta-scatter"),
         count: u("count"),
         apex_l: u("L"),
         apex_k: o.get("K").and_then(|x| x.as_f64()),
@@ -121,11 +122,11 @@ fn launch_shape_defaults_caps_and_refuses_bad_block_sizes() {
 }
 
 /// Naive reference: does any element get written twice?
-fn repeats_naive(p: &[usize], delta: usize, count: usize) -> bool {
+fn repeats_naive(p: &[usize], delta: i64, count: usize) -> bool {
     let mut seen = std::collections::HashSet::new();
     for i in 0..count {
         for &x in p {
-            if !seen.insert(x + delta * i) {
+            if !seen.insert(x as i64 + delta * i as i64) {
                 return true;
             }
         }
@@ -142,6 +143,8 @@ fn repeated_writes_are_detected_exactly() {
     assert!(!writes_repeat(&[0], 0, 1));
     assert!(writes_repeat(&[0, 8], 4, 3));
     assert!(!writes_repeat(&[0, 8], 4, 2));
+    assert!(writes_repeat(&[0, 8], -4, 3));
+    assert!(!writes_repeat(&[0, 1, 2, 3], -4, 100));
     let mut x = 12345u64;
     let mut next = |m: u64| {
         x ^= x << 13;
@@ -152,7 +155,7 @@ fn repeated_writes_are_detected_exactly() {
     for _ in 0..2000 {
         let len = 1 + next(6);
         let p: Vec<usize> = (0..len).map(|_| next(40)).collect();
-        let delta = next(12);
+        let delta = next(23) as i64 - 11;
         let count = 1 + next(6);
         assert_eq!(
             writes_repeat(&p, delta, count),
@@ -313,6 +316,8 @@ fn replay_gpu_accounts_bytes_like_the_cpu() {
             r#"{"kernel": "gs", "pattern-gather": "0,1,2,3", "pattern-scatter": "0,1,2,3", "delta-gather": 4, "delta-scatter": 4, "count": 100}"#,
         ),
         inline(r#"{"kernel": "scatter", "pattern": "0,1,2,3", "delta": 1, "count": 64}"#),
+        // Negative delta: same bytes, same buffer span as +4, and no repeated writes.
+        inline(r#"{"kernel": "scatter", "pattern": "0,1,2,3", "delta": -4, "count": 64}"#),
     ];
     let mut dev = FakeDevice::new(1 << 40);
     let cfg = config(inputs, true);
@@ -324,8 +329,13 @@ fn replay_gpu_accounts_bytes_like_the_cpu() {
     })
     .unwrap();
     assert_eq!(streams, 1);
-    assert_eq!(records.len(), 3);
-    let [g, gs, sc] = &records[..] else { panic!() };
+    assert_eq!(records.len(), 4);
+    let [g, gs, sc, down] = &records[..] else {
+        panic!()
+    };
+    assert_eq!((down.delta, down.bytes), (-4, 8 * 4 * 64));
+    assert_eq!(down.sparse_bytes, 8 * (3 + 4 * 63 + 1));
+    assert_eq!(down.gpu.as_ref().unwrap().function, "scatter");
     assert_eq!(g.bytes, 8 * 8 * 1024);
     assert_eq!(gs.bytes, 8 * (4 + 4) * 100);
     assert_eq!(sc.bytes, 8 * 4 * 64);
@@ -512,14 +522,14 @@ fn results_files_hold_gpu_records_and_gpu_stream() {
 
 /// Parameters of each kernel as the host (cuda.rs) passes them.
 const ARITY: [(&str, usize); 15] = [
-    ("gather", 7),
-    ("scatter", 7),
-    ("scatter_atomic", 7),
-    ("gs", 8),
-    ("gs_atomic", 8),
-    ("multigather", 8),
-    ("multiscatter", 8),
-    ("multiscatter_atomic", 8),
+    ("gather", 8),
+    ("scatter", 8),
+    ("scatter_atomic", 8),
+    ("gs", 10),
+    ("gs_atomic", 10),
+    ("multigather", 9),
+    ("multiscatter", 9),
+    ("multiscatter_atomic", 9),
     ("fill", 3),
     ("stream_init", 7),
     ("stream_copy", 3),

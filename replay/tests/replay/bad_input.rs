@@ -89,18 +89,25 @@ fn negative_index() {
 }
 
 #[test]
-fn negative_delta() {
+fn bad_deltas() {
+    // Negative deltas run (see kernels.rs); fractions and 64-bit overflow do not.
     expect(
-        "negdelta",
-        r#"[{"pattern":[1],"delta":-4}]"#,
+        "fracdelta",
+        r#"[{"pattern":[1],"delta":-4.5}]"#,
         Some(0),
-        &["\"delta\"", "negative"],
+        &["\"delta\"", "not an integer"],
     );
     expect(
-        "negdelta-gs",
-        r#"[{"kernel":"gs","pattern-gather":[1],"pattern-scatter":[1],"delta-scatter":-1}]"#,
+        "hugedelta",
+        r#"[{"kernel":"gs","pattern-gather":[1],"pattern-scatter":[1],"delta-scatter":-1e30}]"#,
         Some(0),
-        &["\"delta-scatter\"", "negative"],
+        &["\"delta-scatter\"", "64 bits"],
+    );
+    expect(
+        "strdelta",
+        r#"[{"pattern":[1],"delta":"-x"}]"#,
+        Some(0),
+        &["\"delta\""],
     );
 }
 

@@ -47,7 +47,7 @@ fn check(json: &str, threads: usize, mode: WriteMode) {
     }
 }
 
-const SHAPES: &[(usize, usize, usize)] = &[
+const SHAPES: &[(i64, usize, usize)] = &[
     // (delta, wrap, count)
     (8, 1, 1),
     (8, 1, 100),
@@ -55,6 +55,11 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (1, 3, 50),
     (3, 4, 64),
     (13, 2, 9),
+    // Negative deltas: the bases walk down from the top of the sparse buffer.
+    (-8, 1, 100),
+    (-1, 3, 50),
+    (-5, 2, 1),
+    (-13, 4, 33),
 ];
 
 #[test]
@@ -105,7 +110,15 @@ fn scatter_matches_reference() {
 
 #[test]
 fn gs_matches_reference() {
-    for &(dg, ds, n) in &[(8, 8, 40), (1, 3, 17), (0, 5, 12), (4, 0, 9)] {
+    for &(dg, ds, n) in &[
+        (8, 8, 40),
+        (1, 3, 17),
+        (0, 5, 12),
+        (4, 0, 9),
+        (-4, 8, 21),
+        (6, -1, 13),
+        (-3, -7, 30),
+    ] {
         for t in 1..=3 {
             for mode in [WriteMode::Store, WriteMode::AtomicAdd] {
                 check(
@@ -171,4 +184,73 @@ fn runs_are_repeatable_on_the_same_buffers() {
     execute(&pool, &c, &mut b, WriteMode::Store);
     let second: Vec<Vec<f64>> = b.dense.iter().map(|d| d.to_vec()).collect();
     assert_eq!(first, second);
+}
+
+/// Runs `json` on `threads` threads and returns (sparse, sparse_scatter, dense of thread 0).
+fn run(json: &str, threads: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let c = config(json);
+    let f = footprint(&c).unwrap();
+    let pool = Pool::new(threads, Placement::Unpinned).unwrap();
+    let mut b = Buffers::allocate(&pool, &f).unwrap();
+    execute(&pool, &c, &mut b, WriteMode::Store);
+    (
+        b.sparse.to_vec(),
+        b.sparse_scatter.to_vec(),
+        b.dense[0].to_vec(),
+    )
+}
+
+/// Negative deltas, worked out by hand (sparse element k starts as k, dense element k as
+/// k + 0.5): iteration i's base is |delta| * (count - 1) + delta * i, so the buffer spans
+/// exactly the indices used and the last iteration's base is element 0.
+#[test]
+fn negative_deltas_hand_computed() {
+    // gather [0, 2], delta -3, count 3: bases 6, 3, 0 -> reads 6 8 | 3 5 | 0 2.
+    let (sparse, _, dense) = run(
+        r#"{"kernel":"gather","pattern":[0,2],"delta":-3,"count":3,"wrap":3}"#,
+        1,
+    );
+    assert_eq!(sparse.len(), 9);
+    assert_eq!(dense, vec![6.0, 8.0, 3.0, 5.0, 0.0, 2.0]);
+    // scatter [1, 0], delta -2, count 2, wrap 2: bases 2, 0 -> writes 3 2 | 1 0.
+    let (sparse, _, _) = run(
+        r#"{"kernel":"scatter","pattern":[1,0],"delta":-2,"count":2,"wrap":2}"#,
+        1,
+    );
+    assert_eq!(sparse, vec![3.5, 2.5, 1.5, 0.5]);
+    // gs: gather [0] delta -1 reads 2, 1, 0; scatter [0] delta 2 writes 0, 2, 4.
+    let (gathered, scattered, _) = run(
+        r#"{"kernel":"gs","pattern-gather":[0],"pattern-scatter":[0],"delta-gather":-1,"delta-scatter":2,"count":3}"#,
+        1,
+    );
+    assert_eq!(gathered, vec![0.0, 1.0, 2.0]);
+    assert_eq!(scattered, vec![2.0, 1.0, 1.0, 3.0, 0.0]);
+    // multigather: outer [10, 0], inner [1, 0] = indices 0, 10; delta -5, count 2:
+    // bases 5, 0 -> reads 5 15 | 0 10.
+    let (sparse, _, dense) = run(
+        r#"{"kernel":"multigather","pattern":[10,0],"pattern-gather":[1,0],"delta":-5,"count":2,"wrap":2}"#,
+        1,
+    );
+    assert_eq!(sparse.len(), 16);
+    assert_eq!(dense, vec![5.0, 15.0, 0.0, 10.0]);
+    // multiscatter: outer [0, 3], inner [1], delta -4, count 3: bases 8, 4, 0 -> writes
+    // element 11, 7, 3 with dense rows 0, 1, 0 (wrap 2).
+    let (sparse, _, _) = run(
+        r#"{"kernel":"multiscatter","pattern":[0,3],"pattern-scatter":[1],"delta":-4,"count":3,"wrap":2}"#,
+        1,
+    );
+    assert_eq!(sparse.len(), 12);
+    let changed: Vec<(usize, f64)> = sparse
+        .iter()
+        .enumerate()
+        .filter(|&(k, &v)| v != k as f64)
+        .map(|(k, &v)| (k, v))
+        .collect();
+    assert_eq!(changed, vec![(3, 0.5), (7, 1.5), (11, 0.5)]);
+    // Two threads split the count loop: thread 0 runs iterations 0..2 of 4 (bases 6, 4).
+    let (_, _, dense) = run(
+        r#"{"kernel":"gather","pattern":[1],"delta":-2,"count":4,"wrap":2}"#,
+        2,
+    );
+    assert_eq!(dense, vec![7.0, 5.0]);
 }

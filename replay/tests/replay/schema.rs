@@ -54,6 +54,7 @@ const REPLAY_KEYS: &[&str] = &[
     "apex",
     "stream_copy_mbs",
     "pct_of_stream",
+    "compaction",
     "racy",
     "atomic",
     "pinned",
