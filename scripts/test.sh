@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 features=(--features mgbench/mpi)
 # Build everything first: capture tests load the QEMU plugin (a cdylib) from target/debug.
 cargo build --workspace "${features[@]}"
-cargo test --workspace --all-targets "${features[@]}"
+# Benchmarks (benches/) are not tests: they run with `cargo bench` or scripts/bench-*.py.
+cargo test --workspace --lib --bins --tests --examples "${features[@]}"
 cargo test --workspace --doc "${features[@]}"
 cargo test -p mgbench-replay --lib
 # The CUDA kernels compile (clang's CUDA front end to PTX; no CUDA SDK or GPU needed).

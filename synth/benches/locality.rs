@@ -78,6 +78,12 @@ fn write_trace(path: &std::path::Path, words: &[u64]) {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs bench targets too (without `--bench`): a benchmark is
+    // not a test, so it only runs under `cargo bench`.
+    if !std::env::args().any(|a| a == "--bench") {
+        eprintln!("{}: a benchmark; run it with cargo bench", file!());
+        return;
+    }
     let n: usize = std::env::args()
         .skip(1)
         .find(|a| !a.starts_with('-'))

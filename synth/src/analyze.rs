@@ -113,7 +113,12 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
     let reader = crate::open(path, &cfg.progress, "analysing")?;
     let meta = reader.meta().clone();
     let full = matches!(meta.mode, Mode::Full);
-    let mut program = Analyzer::new(cfg.method);
+    // With more than one CPU the program's two exact reuse engines get threads of their own.
+    let mut program = if cfg.threads > 1 {
+        Analyzer::parallel(cfg.method)
+    } else {
+        Analyzer::new(cfg.method)
+    };
     let mut funcs: Vec<(String, Analyzer)> = Vec::new();
     let mut func_of: HashMap<u64, usize, fasthash::Build> = HashMap::default();
     let mut mappings: Vec<Mapping> = Vec::new();

@@ -4,7 +4,9 @@
 //! decoding them parallelises perfectly: a reader thread splits the file into frames, decoder
 //! threads turn chunk payloads into [`Chunk`]s, and the caller consumes every frame in file
 //! order. Chunk buffers travel back to the decoders for reuse, and at most `2 x threads`
-//! frames are in flight, so memory stays bounded on any trace length.
+//! frames are in flight between reading and consuming (the reader takes a permit per frame
+//! and the caller returns it when done), so memory stays bounded on any trace length, also
+//! when the caller is slower than the decoders.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -45,6 +47,11 @@ pub fn for_each_frame<R: Read + Send + 'static>(
     }
     let in_flight = 2 * threads;
     let (work_tx, work_rx) = sync_channel::<(u64, RawFrame)>(in_flight);
+    // One permit per frame between reading and consuming.
+    let (permit_tx, permit_rx) = sync_channel::<()>(in_flight);
+    for _ in 0..in_flight {
+        let _ = permit_tx.send(());
+    }
     let work_rx = Arc::new(Mutex::new(work_rx));
     let (done_tx, done_rx) = channel::<(u64, Decoded)>();
     let (spare_tx, spare_rx) = channel::<Chunk>();
@@ -59,7 +66,7 @@ pub fn for_each_frame<R: Read + Send + 'static>(
         }));
     }
     drop(done_tx);
-    let reader_thread = std::thread::spawn(move || read_loop(reader, work_tx));
+    let reader_thread = std::thread::spawn(move || read_loop(reader, work_tx, permit_rx));
     let mut next = 0u64;
     let mut pending: BTreeMap<u64, Decoded> = BTreeMap::new();
     let mut damage = None;
@@ -68,6 +75,8 @@ pub fn for_each_frame<R: Read + Send + 'static>(
         pending.insert(seq, d);
         while let Some(d) = pending.remove(&next) {
             next += 1;
+            // Consumed (or about to be): the reader may read one more frame.
+            let _ = permit_tx.try_send(());
             if stopped {
                 continue;
             }
@@ -98,9 +107,13 @@ pub fn for_each_frame<R: Read + Send + 'static>(
 fn read_loop<R: Read>(
     mut reader: TraceReader<R>,
     work: SyncSender<(u64, RawFrame)>,
+    permits: Receiver<()>,
 ) -> (Result<(), ReadError>, Option<Damage>) {
     let mut seq = 0u64;
     loop {
+        if permits.recv().is_err() {
+            break;
+        }
         match reader.next_raw_frame() {
             Ok(Some(raw)) => {
                 if work.send((seq, raw)).is_err() {

@@ -61,6 +61,8 @@ pub enum ReuseMethod {
 enum Engine {
     Exact(ReuseDistance),
     Shards(Shards),
+    /// An exact engine on a thread of its own, fed batches of keys (see [`Remote`]).
+    Remote(Remote),
 }
 
 impl Engine {
@@ -72,12 +74,103 @@ impl Engine {
     }
 }
 
+/// Keys sent to a remote engine per message.
+const REMOTE_BATCH: usize = 1 << 14;
+/// Messages in flight to a remote engine (bounds memory: 4 x 128 KiB).
+const REMOTE_QUEUE: usize = 4;
+
+/// An exact reuse engine running on its own thread. The stream it sees is the same, in the
+/// same order, as a local engine would see, so the counts are identical; only the work moves.
+/// `mgbench analyze` runs the word and line engines of the program this way, beside the
+/// thread that decodes and scores, so the two expensive structures use two cores.
+struct Remote {
+    tx: Option<std::sync::mpsc::SyncSender<Vec<u64>>>,
+    /// Emptied key buffers coming back for reuse.
+    spare: std::sync::mpsc::Receiver<Vec<u64>>,
+    worker: Option<std::thread::JoinHandle<RemoteResult>>,
+    /// Filled in when the worker is joined.
+    done: Option<RemoteResult>,
+}
+
+#[derive(Default)]
+struct RemoteResult {
+    counts: ReuseCounts,
+    distinct: u64,
+    saturated: bool,
+}
+
+impl Remote {
+    fn start() -> Remote {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u64>>(REMOTE_QUEUE);
+        // Unbounded, so every buffer comes back (at most REMOTE_QUEUE + 2 circulate): a buffer
+        // dropped and re-allocated would go back to the kernel and cost a TLB shootdown.
+        let (back, spare) = std::sync::mpsc::channel::<Vec<u64>>();
+        let work = move || {
+            let mut r = ReuseDistance::new();
+            let mut counts = ReuseCounts::default();
+            for mut keys in rx {
+                r.batch(&keys, |d| counts.add(d, 1.0));
+                keys.clear();
+                let _ = back.send(keys);
+            }
+            RemoteResult {
+                counts,
+                distinct: r.distinct(),
+                saturated: r.saturated(),
+            }
+        };
+        // A thread that cannot be started leaves `worker` empty: the track then reports
+        // nothing, which the caller sees as an empty curve rather than a hang.
+        let worker = std::thread::Builder::new()
+            .name("mgbench-reuse".into())
+            .spawn(work)
+            .ok();
+        Remote {
+            tx: Some(tx),
+            spare,
+            worker,
+            done: None,
+        }
+    }
+
+    /// Hands a full buffer to the worker and returns an empty one.
+    fn send(&mut self, keys: &mut Vec<u64>) {
+        let fresh = self
+            .spare
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(REMOTE_BATCH));
+        let full = std::mem::replace(keys, fresh);
+        if let Some(tx) = &self.tx {
+            // The worker only stops when tx is dropped, so this cannot fail unless it
+            // panicked; join() then reports nothing and the counts stay empty.
+            let _ = tx.send(full);
+        }
+    }
+
+    /// Sends what is left, waits for the worker and keeps its result.
+    fn finish(&mut self, keys: &mut Vec<u64>) -> &RemoteResult {
+        if self.done.is_none() {
+            if !keys.is_empty() {
+                self.send(keys);
+            }
+            self.tx = None;
+            let result = self
+                .worker
+                .take()
+                .and_then(|w| w.join().ok())
+                .unwrap_or_default();
+            self.done = Some(result);
+        }
+        self.done.get_or_insert_with(RemoteResult::default)
+    }
+}
+
 /// Reuse-distance counts in power-of-two buckets: bucket 0 is distance 0, bucket k holds
 /// distances in [2^(k-1), 2^k); the last bucket collects everything from N on. `cold` counts
 /// first uses; `total` is the number of references the counts represent (SHARDS scales each
 /// sampled reference by 1/R) and `offered` the references actually seen.
 #[derive(Debug, Clone, Default)]
-struct ReuseCounts {
+pub(crate) struct ReuseCounts {
     buckets: [f64; LOG2_MAX_REUSE + 2],
     cold: f64,
     total: f64,
@@ -96,6 +189,12 @@ impl ReuseCounts {
             c.total = c.buckets.iter().sum::<f64>() + c.cold;
         }
         c
+    }
+
+    /// `n` reuses at distance 0.
+    fn add_zeros(&mut self, n: u64) {
+        self.buckets[0] += n as f64;
+        self.total += n as f64;
     }
 
     fn add(&mut self, d: Option<u64>, weight: f64) {
@@ -153,6 +252,12 @@ struct Track {
     engine: Engine,
     counts: ReuseCounts,
     pending: Vec<u64>,
+    /// The last key given to an exact engine, and how many times a key came again right
+    /// after itself. Such a reuse has distance 0 and leaves the engine's order of last uses
+    /// as it was (the key already was the most recent), so it is counted here and never
+    /// reaches the engine: a unit-stride sweep repeats each 64-byte line 7 times in 8.
+    last: Option<u64>,
+    repeats: u64,
 }
 
 impl Track {
@@ -161,17 +266,40 @@ impl Track {
             engine: Engine::new(method),
             counts: ReuseCounts::default(),
             pending: Vec::with_capacity(reuse::BATCH),
+            last: None,
+            repeats: 0,
+        }
+    }
+
+    /// An exact track whose engine runs on its own thread.
+    fn remote() -> Track {
+        Track {
+            engine: Engine::Remote(Remote::start()),
+            counts: ReuseCounts::default(),
+            pending: Vec::with_capacity(REMOTE_BATCH),
+            last: None,
+            repeats: 0,
         }
     }
 
     #[inline]
     fn push(&mut self, key: u64) {
         self.counts.offered += 1.0;
+        if !matches!(self.engine, Engine::Shards(_)) && self.last.replace(key) == Some(key) {
+            self.repeats += 1;
+            return;
+        }
         match &mut self.engine {
             Engine::Exact(_) => {
                 self.pending.push(key);
                 if self.pending.len() == reuse::BATCH {
                     self.flush();
+                }
+            }
+            Engine::Remote(r) => {
+                self.pending.push(key);
+                if self.pending.len() == REMOTE_BATCH {
+                    r.send(&mut self.pending);
                 }
             }
             Engine::Shards(s) => {
@@ -182,18 +310,39 @@ impl Track {
         }
     }
 
+    /// Processes the keys still pending. A remote track is finished by this: it takes no
+    /// more keys afterwards (analyze only asks for results at the end).
     fn flush(&mut self) {
-        if let Engine::Exact(r) = &mut self.engine {
-            let counts = &mut self.counts;
-            r.batch(&self.pending, |d| counts.add(d, 1.0));
+        match &mut self.engine {
+            Engine::Exact(r) => {
+                let counts = &mut self.counts;
+                r.batch(&self.pending, |d| counts.add(d, 1.0));
+                self.pending.clear();
+            }
+            Engine::Remote(r) => {
+                if r.done.is_none() {
+                    let res = r.finish(&mut self.pending);
+                    let offered = self.counts.offered;
+                    self.counts = res.counts.clone();
+                    self.counts.offered = offered;
+                    // Counted here before the worker's counts replaced ours.
+                    self.counts.add_zeros(self.repeats);
+                    self.repeats = 0;
+                }
+            }
+            Engine::Shards(_) => self.pending.clear(),
         }
-        self.pending.clear();
+        if !matches!(self.engine, Engine::Remote(_)) {
+            self.counts.add_zeros(self.repeats);
+            self.repeats = 0;
+        }
     }
 
     fn saturated(&self) -> bool {
         match &self.engine {
             Engine::Exact(r) => r.saturated(),
             Engine::Shards(s) => s.saturated(),
+            Engine::Remote(r) => r.done.as_ref().is_some_and(|d| d.saturated),
         }
     }
 
@@ -201,8 +350,64 @@ impl Track {
         match &self.engine {
             Engine::Exact(r) => r.distinct() as f64,
             Engine::Shards(s) => s.distinct() as f64 / s.rate,
+            Engine::Remote(r) => r.done.as_ref().map_or(0, |d| d.distinct) as f64,
         }
     }
+}
+
+/// The smallest distance in words from `word` to any of the `SPATIAL_WINDOW` previous words,
+/// capped at 9 (the stride histogram's "longer" bucket). Compiled for AVX-512 and AVX2 too
+/// and chosen at run time: the scalar loop was half of the per-access work of `analyze`'s
+/// decoding thread.
+#[inline]
+fn min_stride(ring: &[u64; SPATIAL_WINDOW], word: u64) -> u64 {
+    #[inline(always)]
+    fn body(ring: &[u64; SPATIAL_WINDOW], word: u64) -> u64 {
+        // Differences as signed numbers clamp to [-9, 9] before the absolute value, so every
+        // lane stays within 64-bit signed arithmetic the vector units have.
+        let mut best = 9u64;
+        for &w in ring {
+            let d = (w.wrapping_sub(word) as i64).clamp(-9, 9);
+            best = best.min(d.unsigned_abs());
+        }
+        best
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512vl")]
+        unsafe fn avx512(ring: &[u64; SPATIAL_WINDOW], word: u64) -> u64 {
+            body(ring, word)
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(ring: &[u64; SPATIAL_WINDOW], word: u64) -> u64 {
+            body(ring, word)
+        }
+        use std::sync::atomic::{AtomicU8, Ordering};
+        // 0 unknown, 1 baseline, 2 AVX2, 3 AVX-512 (std caches detection too; this keeps the
+        // check to one load on the hot path).
+        static LEVEL: AtomicU8 = AtomicU8::new(0);
+        let mut level = LEVEL.load(Ordering::Relaxed);
+        if level == 0 {
+            level = if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
+                3
+            } else if std::arch::is_x86_feature_detected!("avx2") {
+                2
+            } else {
+                1
+            };
+            LEVEL.store(level, Ordering::Relaxed);
+        }
+        match level {
+            // SAFETY: the CPU has every feature the function was compiled for (detected above).
+            3 => return unsafe { avx512(ring, word) },
+            // SAFETY: as above.
+            2 => return unsafe { avx2(ring, word) },
+            _ => {}
+        }
+    }
+    body(ring, word)
 }
 
 /// Spatial and temporal scores and the reuse engine(s) for one stream of references.
@@ -217,6 +422,19 @@ pub struct Scorer {
 }
 
 impl Scorer {
+    /// A scorer whose exact word and line engines each run on a thread of their own (same
+    /// results as [`Scorer::new`] with lines; SHARDS stays on the calling thread).
+    pub fn parallel(method: ReuseMethod) -> Scorer {
+        if method != ReuseMethod::Exact {
+            return Scorer::new(method, true);
+        }
+        Scorer {
+            words: Track::remote(),
+            lines: Some(Track::remote()),
+            ..Scorer::new(method, false)
+        }
+    }
+
     pub fn new(method: ReuseMethod, with_lines: bool) -> Scorer {
         Scorer {
             ring: [0; SPATIAL_WINDOW],
@@ -233,7 +451,9 @@ impl Scorer {
     #[inline]
     pub fn reference(&mut self, addr: u64) {
         let word = addr >> 3;
-        if self.ring_len > 0 {
+        if self.ring_len == SPATIAL_WINDOW {
+            self.strides[min_stride(&self.ring, word) as usize] += 1;
+        } else if self.ring_len > 0 {
             let mut best = u64::MAX;
             for &w in &self.ring[..self.ring_len] {
                 best = best.min(w.abs_diff(word));
@@ -259,7 +479,8 @@ impl Scorer {
 
     /// More distinct words than the exact engine tracks ([`reuse::MAX_DISTINCT`]) were seen;
     /// the excess counted as first uses.
-    pub fn saturated(&self) -> bool {
+    pub fn saturated(&mut self) -> bool {
+        self.flush();
         self.words.saturated() || self.lines.as_ref().is_some_and(Track::saturated)
     }
 
@@ -385,13 +606,90 @@ pub struct Footprint {
     pub per_window: Vec<WindowFootprint>,
 }
 
+/// The distinct blocks of one footprint window, each with whether strided and irregular
+/// accesses touched it: an open-addressing set that is cleared through the list of slots it
+/// used (sorting the window's blocks instead cost more than the rest of the window's work).
+#[derive(Default)]
+struct WindowSet {
+    /// `block + 1` (0: empty) and the flags seen: bit 0 strided, bit 1 irregular.
+    slots: Vec<(u64, u8)>,
+    used: Vec<u32>,
+    accesses: u64,
+}
+
+impl WindowSet {
+    #[inline]
+    fn insert(&mut self, block: u64, strided: bool) {
+        if 2 * (self.used.len() + 1) > self.slots.len() {
+            self.grow();
+        }
+        self.accesses += 1;
+        let mask = self.slots.len() - 1;
+        let key = block.wrapping_add(1);
+        let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask;
+        let flag = if strided { 1 } else { 2 };
+        loop {
+            let slot = &mut self.slots[i];
+            if slot.0 == key {
+                slot.1 |= flag;
+                return;
+            }
+            if slot.0 == 0 {
+                *slot = (key, flag);
+                self.used.push(i as u32);
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn grow(&mut self) {
+        let old: Vec<(u64, u8)> = self.used.iter().map(|&i| self.slots[i as usize]).collect();
+        let cap = (self.slots.len() * 2).max(2048);
+        self.slots.clear();
+        self.slots.resize(cap, (0, 0));
+        self.used.clear();
+        let mask = cap - 1;
+        for (key, flags) in old {
+            let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask;
+            while self.slots[i].0 != 0 {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = (key, flags);
+            self.used.push(i as u32);
+        }
+    }
+
+    /// The window's footprint, leaving the set empty (None if it saw no access).
+    fn take(&mut self) -> Option<WindowFootprint> {
+        if self.accesses == 0 {
+            return None;
+        }
+        let mut w = WindowFootprint {
+            accesses: self.accesses,
+            blocks: self.used.len() as u64,
+            strided_blocks: 0,
+            irregular_blocks: 0,
+        };
+        for &i in &self.used {
+            let flags = self.slots[i as usize].1;
+            w.strided_blocks += u64::from(flags & 1);
+            w.irregular_blocks += u64::from(flags >> 1);
+            self.slots[i as usize] = (0, 0);
+        }
+        self.used.clear();
+        self.accesses = 0;
+        Some(w)
+    }
+}
+
 /// One thread's state: its previous access (read-modify-write pairing), its open footprint
 /// window and each instruction's last address and delta.
 #[derive(Default)]
 struct ThreadState {
     prev: Option<(u64, u64, AccessKind)>,
-    /// The window's blocks, tagged: `block << 1 | irregular`.
-    window: Vec<u64>,
+    /// The open footprint window's distinct blocks.
+    window: WindowSet,
     ips: HashMap<u64, (u64, i64), fasthash::Build>,
 }
 
@@ -414,9 +712,19 @@ pub struct Analyzer {
 }
 
 impl Analyzer {
+    /// As [`Analyzer::new`], with the reuse engines on threads of their own
+    /// ([`Scorer::parallel`]).
+    pub fn parallel(method: ReuseMethod) -> Analyzer {
+        Analyzer::with_scorer(Scorer::parallel(method))
+    }
+
     pub fn new(method: ReuseMethod) -> Analyzer {
+        Analyzer::with_scorer(Scorer::new(method, true))
+    }
+
+    fn with_scorer(scorer: Scorer) -> Analyzer {
         Analyzer {
-            scorer: Scorer::new(method, true),
+            scorer,
             threads: Vec::new(),
             thread_index: HashMap::default(),
             cached: None,
@@ -473,7 +781,7 @@ impl Analyzer {
                 true
             }
         };
-        ts.window.push(block << 1 | u64::from(!strided));
+        ts.window.insert(block, strided);
         self.references += 1;
         self.scorer.reference(a.addr);
         true
@@ -482,32 +790,9 @@ impl Analyzer {
     /// Ends the current window of `thread` (a sample boundary, or every 1024 accesses).
     pub fn end_window(&mut self, thread: u32) {
         let ti = self.thread(thread);
-        let window = &mut self.threads[ti].window;
-        if window.is_empty() {
+        let Some(w) = self.threads[ti].window.take() else {
             return;
-        }
-        let accesses = window.len() as u64;
-        window.sort_unstable();
-        window.dedup();
-        let mut w = WindowFootprint {
-            accesses,
-            blocks: 0,
-            strided_blocks: 0,
-            irregular_blocks: 0,
         };
-        let mut last = u64::MAX;
-        for &v in window.iter() {
-            if v >> 1 != last {
-                w.blocks += 1;
-                last = v >> 1;
-            }
-            if v & 1 == 0 {
-                w.strided_blocks += 1;
-            } else {
-                w.irregular_blocks += 1;
-            }
-        }
-        window.clear();
         self.window_count += 1;
         self.sum_blocks += w.blocks as f64;
         self.sum_growth += w.blocks as f64 / w.accesses as f64;
@@ -521,7 +806,7 @@ impl Analyzer {
     /// Open windows' accesses of a thread (for windowing full traces).
     pub fn window_accesses(&mut self, thread: u32) -> u64 {
         let ti = self.thread(thread);
-        self.threads[ti].window.len() as u64
+        self.threads[ti].window.accesses
     }
 
     /// Closes every open window and summarises; `sample_ratio` scales recorded to executed.
@@ -607,6 +892,59 @@ mod tests {
             }
         }
         assert!((2..=3).contains(&flagged), "{flagged}");
+    }
+
+    #[test]
+    fn immediate_repeats_skip_the_engine_but_count_the_same() {
+        // A stream full of immediate repeats (sweeps re-touch lines), scored through Scorer
+        // (which counts repeats itself) and straight through the engine.
+        let mut st = 9u64;
+        let words: Vec<u64> = (0..200_000u64)
+            .map(|i| {
+                st = st.wrapping_mul(6364136223846793005).wrapping_add(1);
+                if (st >> 60) < 6 {
+                    i / 3
+                } else {
+                    (st >> 30) % 20_000
+                }
+            })
+            .collect();
+        let mut scorer = Scorer::new(ReuseMethod::Exact, false);
+        let mut engine = ReuseDistance::new();
+        let mut counts = ReuseCounts::default();
+        for &w in &words {
+            scorer.reference(w * 8);
+            counts.add(engine.access(w), 1.0);
+        }
+        counts.offered = counts.total;
+        assert_eq!(scorer.word_curve(), Scorer::curve(false, &counts));
+        assert!(scorer.words.repeats == 0 && scorer.words.counts.buckets[0] > 10_000.0);
+    }
+
+    #[test]
+    fn parallel_engines_count_exactly_the_same() {
+        let mut st = 5u64;
+        let stream: Vec<u64> = (0..300_000u64)
+            .map(|i| {
+                st = st.wrapping_mul(6364136223846793005).wrapping_add(1);
+                match i % 3 {
+                    0 => 8 * (i % 5000),
+                    1 => 8 * ((st >> 33) % 100_000),
+                    _ => 8 * ((st >> 50) % 64),
+                }
+            })
+            .collect();
+        let mut one = Scorer::new(ReuseMethod::Exact, true);
+        let mut two = Scorer::parallel(ReuseMethod::Exact);
+        for &a in &stream {
+            one.reference(a);
+            two.reference(a);
+        }
+        assert_eq!(one.word_curve(), two.word_curve());
+        assert_eq!(one.line_curve(), two.line_curve());
+        assert_eq!(one.distinct_lines(), two.distinct_lines());
+        assert_eq!(one.temporal(), two.temporal());
+        assert_eq!(one.saturated(), two.saturated());
     }
 
     #[test]

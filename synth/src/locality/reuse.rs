@@ -3,14 +3,17 @@
 //!
 //! Every address's last-use time is kept; the set of live last-use times (one per distinct
 //! address) is a bitmap over time, and the distance of a reuse is the number of live times
-//! after the previous use. Olken counts them with a balanced tree; here a Fenwick tree over
-//! 512-time blocks plus the popcount of one block (a single cache line of the bitmap) does it,
-//! so the counting structure is 1/4096 of the bitmap's bits and stays in cache. Last-use times
-//! live in shadow chunks of 16 words (one 64-byte line of times), found through a hash map with
-//! a one-entry cache, so unit-stride sweeps touch memory sequentially and a scattered stream
-//! costs at most one line per distinct word (2048-word regions were faster on random streams,
-//! but made sparse ones, such as the Apex-MAP grid's, allocate and zero 8 KiB of shadow per
-//! access). [`ReuseDistance::batch`]
+//! after the previous use. Olken counts them with a balanced tree; here a Fenwick tree of the
+//! *dead* times per 512-time block plus the popcount of one block (a single cache line of the
+//! bitmap) does it, so the counting structure is 1/4096 of the bitmap's bits and stays in
+//! cache, and only a reuse updates it (a new time is always the latest and dead counts before
+//! it do not change). Last-use times
+//! live in shadow pages of 2^15 addresses (128 KiB of times), found through a two-level page
+//! table (a leaf of 2^16 page entries covers 2^31 addresses; leaves are kept in a small map
+//! with a one-entry cache): one lookup in a table that stays in cache, then the time itself.
+//! (An earlier design mapped every 16-word chunk through one large hash map; that lookup
+//! missed the cache on random streams and took a third of analyze's time.)
+//! [`ReuseDistance::batch`]
 //! looks up a batch of addresses' times and bitmap words with independent loads before
 //! processing them in order, so the cache misses of random streams overlap. When time
 //! reaches the bitmap's capacity the live times are renumbered densely (in time order, by one
@@ -24,35 +27,46 @@ use std::collections::HashMap;
 
 use crate::fasthash;
 
-/// Words per shadow chunk of last-use times.
-const REGION: u64 = 16;
-/// Accesses looked up together by [`ReuseDistance::batch`].
-pub const BATCH: usize = 32;
+/// Words per shadow page of last-use times (2^15: 128 KiB of times per 256 KiB of words).
+const PAGE_BITS: u32 = 15;
+const PAGE: usize = 1 << PAGE_BITS;
+/// Shadow pages the slot numbering can address (slots are u32: page << PAGE_BITS | offset).
+const MAX_PAGES: usize = 1 << (32 - PAGE_BITS);
+/// Accesses a caller should collect before calling [`ReuseDistance::batch`] (any number
+/// works; fewer than a few dozen leave the prefetch pipeline short).
+pub const BATCH: usize = 1024;
 /// Times per counted block (8 words of bitmap: one cache line).
 const BLOCK_TIMES: usize = 512;
 const MIN_CAPACITY: usize = 1 << 16;
-/// Largest number of distinct addresses tracked (times are 32-bit and need 2x headroom).
-pub const MAX_DISTINCT: u64 = (u32::MAX / 2 - BLOCK_TIMES as u32) as u64;
+/// Largest number of distinct addresses tracked (times are 32-bit and need 3x headroom).
+pub const MAX_DISTINCT: u64 = (u32::MAX / 3 - BLOCK_TIMES as u32) as u64;
 
 /// Exact reuse distances.
 pub struct ReuseDistance {
-    /// Address / REGION -> index of its region in `last`.
-    regions: HashMap<u64, u32, fasthash::Build>,
-    /// Last-use time per word (0 = never used), REGION words per region.
-    last: Vec<u32>,
-    /// The most recently used region: (key, index).
-    cached: (u64, u32),
-    /// Time -> slot in `last` (meaningful where the time's bit is set).
+    /// Address >> PAGE_BITS -> 1 + index of its shadow page in `pages` (0: none yet), in
+    /// leaves of LEAF entries found by address >> (PAGE_BITS + LEAF_BITS); one leaf spans
+    /// 2^31 addresses, so a program's arrays almost always share the last leaf used.
+    leaf_of: HashMap<u64, usize, fasthash::Build>,
+    leaves: Vec<Box<[u32]>>,
+    /// The last leaf used: (address >> (PAGE_BITS + LEAF_BITS), index in `leaves`).
+    last_leaf: (u64, usize),
+    /// Last-use time per address (0 = never used), PAGE addresses per page, allocated on
+    /// first touch (zero pages come from the allocator lazily).
+    pages: Vec<Box<[u32]>>,
+    /// Time -> slot (page << PAGE_BITS | offset), meaningful where the time's bit is set.
     owner: Vec<u32>,
     /// Bit t set: t is the last-use time of some address.
     bits: Vec<u64>,
-    /// Fenwick tree over the live counts of BLOCK_TIMES-time blocks, 1-based.
+    /// Fenwick tree over the dead-time counts of BLOCK_TIMES-time blocks, 1-based. Counting
+    /// the dead (rather than the live) times means a new time, always the latest, changes no
+    /// count: only a reuse (its previous time dies) updates the tree.
     tree: Vec<u32>,
     /// Next time stamp (1-based; 0 means "never").
     now: u32,
     /// Live times = distinct addresses seen.
     live: u64,
-    /// Accesses to addresses beyond MAX_DISTINCT were counted as first uses.
+    /// Accesses to addresses beyond MAX_DISTINCT (or beyond MAX_PAGES shadow pages) were
+    /// counted as first uses.
     saturated: bool,
 }
 
@@ -62,12 +76,48 @@ impl Default for ReuseDistance {
     }
 }
 
+/// Asks the CPU to start loading the cache line of `x` (a hint: no fault, no wait).
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: SSE is part of the x86-64 baseline, and a prefetch of any address is only a
+        // hint to the caches (it never faults and changes no memory).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((x as *const T).cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+/// `n` zeros whose memory pages are written now. A lazily zeroed allocation (calloc, which
+/// the compiler also makes of an allocation followed by a zero fill) is first mapped to the
+/// shared read-only zero page when the batch loop reads before it writes; the copy on the
+/// first write then shoots down the TLBs of every other thread of the process (a sixth of
+/// the analysis threads' time, measured).
+fn written_zeros(n: usize) -> Box<[u32]> {
+    let mut v = vec![0u32; n].into_boxed_slice();
+    for i in (0..n).step_by(1024) {
+        // Through black_box the store cannot be proven redundant and removed.
+        *std::hint::black_box(&mut v[i]) = 0;
+    }
+    v
+}
+
+/// Page entries per leaf of the page table.
+const LEAF_BITS: u32 = 16;
+const LEAF: usize = 1 << LEAF_BITS;
+
+/// Slot value meaning "no shadow page could be given" (saturated).
+const NO_SLOT: usize = usize::MAX;
+
 impl ReuseDistance {
     pub fn new() -> ReuseDistance {
         ReuseDistance {
-            regions: HashMap::default(),
-            last: Vec::new(),
-            cached: (u64::MAX, 0),
+            leaf_of: HashMap::default(),
+            leaves: Vec::new(),
+            last_leaf: (u64::MAX, 0),
+            pages: Vec::new(),
             owner: vec![0; MIN_CAPACITY],
             bits: vec![0; MIN_CAPACITY / 64],
             tree: vec![0; MIN_CAPACITY / BLOCK_TIMES + 1],
@@ -87,19 +137,20 @@ impl ReuseDistance {
         self.saturated
     }
 
-    #[inline]
-    fn tree_add(&mut self, block: usize, v: i32) {
+    /// One more dead time in `block`.
+    #[inline(always)]
+    fn tree_kill(&mut self, block: usize) {
         let mut i = block + 1;
         let n = self.tree.len();
         while i < n {
-            self.tree[i] = self.tree[i].wrapping_add_signed(v);
+            self.tree[i] += 1;
             i += i & i.wrapping_neg();
         }
     }
 
-    /// Live times in blocks 0..block.
-    #[inline]
-    fn tree_prefix(&self, block: usize) -> u64 {
+    /// Dead times in blocks 0..block.
+    #[inline(always)]
+    fn dead_before(&self, block: usize) -> u64 {
         let mut i = block;
         let mut s = 0u64;
         while i > 0 {
@@ -109,13 +160,16 @@ impl ReuseDistance {
         s
     }
 
-    /// Live times <= t.
-    #[inline]
+    /// Live times <= t (t < now). Every time 1..now was given out once, so the live times
+    /// before t's block are the times given out there less the dead ones; within the block the
+    /// bitmap is counted directly.
+    #[inline(always)]
     fn live_upto(&self, t: usize) -> u64 {
         let block = t / BLOCK_TIMES;
+        let first_time = (block * BLOCK_TIMES).max(1);
         let w = t / 64;
         let first = block * (BLOCK_TIMES / 64);
-        let mut n = self.tree_prefix(block);
+        let mut n = (first_time as u64 - 1) - self.dead_before(block);
         for &x in &self.bits[first..w] {
             n += u64::from(x.count_ones());
         }
@@ -123,22 +177,51 @@ impl ReuseDistance {
         n + u64::from((self.bits[w] & mask).count_ones())
     }
 
-    /// The slot of `addr`'s last-use time, creating its region on first touch.
-    #[inline]
+    /// The slot of `addr`'s last-use time, creating its shadow page on first touch.
+    #[inline(always)]
     fn slot(&mut self, addr: u64) -> usize {
-        let key = addr / REGION;
-        let ri = if key == self.cached.0 {
-            self.cached.1
-        } else {
-            let next = (self.last.len() as u64 / REGION) as u32;
-            let ri = *self.regions.entry(key).or_insert(next);
-            if ri == next {
-                self.last.resize(self.last.len() + REGION as usize, 0);
+        let key = addr >> PAGE_BITS;
+        let top = key >> LEAF_BITS;
+        if top != self.last_leaf.0 {
+            let next = self.leaves.len();
+            let li = *self.leaf_of.entry(top).or_insert(next);
+            if li == next {
+                self.leaves.push(vec![0u32; LEAF].into_boxed_slice());
             }
-            self.cached = (key, ri);
-            ri
-        };
-        ri as usize * REGION as usize + (addr % REGION) as usize
+            self.last_leaf = (top, li);
+        }
+        let ki = key as usize & (LEAF - 1);
+        let mut entry = self.leaves[self.last_leaf.1][ki];
+        if entry == 0 {
+            if self.pages.len() >= MAX_PAGES {
+                self.saturated = true;
+                return NO_SLOT;
+            }
+            self.pages.push(written_zeros(PAGE));
+            entry = self.pages.len() as u32;
+            self.leaves[self.last_leaf.1][ki] = entry;
+        }
+        ((entry - 1) as usize) << PAGE_BITS | (addr as usize & (PAGE - 1))
+    }
+
+    /// The slot of `addr`, with its shadow time's cache line on the way.
+    #[inline(always)]
+    fn slot_prefetched(&mut self, addr: u64) -> usize {
+        let s = self.slot(addr);
+        if s != NO_SLOT {
+            prefetch(&self.pages[s >> PAGE_BITS][s & (PAGE - 1)]);
+        }
+        s
+    }
+
+    #[inline(always)]
+    fn time_at(&self, slot: usize) -> u32 {
+        self.pages[slot >> PAGE_BITS][slot & (PAGE - 1)]
+    }
+
+    #[inline(always)]
+    fn set_time(&mut self, slot: usize, t: u32) {
+        self.pages[slot >> PAGE_BITS][slot & (PAGE - 1)] = t;
     }
 
     /// Records an access to `addr`; returns its reuse distance, or `None` on first use.
@@ -148,102 +231,124 @@ impl ReuseDistance {
         self.access_slot(slot)
     }
 
-    /// Records accesses to `addrs` (at most [`BATCH`]) in order, calling `f` with each
-    /// distance. Same results as [`access`](Self::access) one by one; faster on random streams.
-    pub fn batch(&mut self, addrs: &[u64], mut f: impl FnMut(Option<u64>)) {
-        let mut slots = [0usize; BATCH];
-        let n = addrs.len().min(BATCH);
-        for (s, &a) in slots.iter_mut().zip(&addrs[..n]) {
-            *s = self.slot(a);
+    /// Records accesses to `addrs` (any number) in order, calling `f` with each distance.
+    /// Same results as [`access`](Self::access) one by one, but the memory of later accesses
+    /// is fetched while earlier ones are processed: the shadow time of access `i + 2 x AHEAD`
+    /// and the bitmap line of access `i + AHEAD` are prefetched while access `i` runs, so the
+    /// cache misses of random streams overlap instead of stalling one after another.
+    pub fn batch(&mut self, addrs: &[u64], f: impl FnMut(Option<u64>)) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("popcnt") {
+            // SAFETY: the CPU has the instruction batch_popcnt was compiled for.
+            return unsafe { self.batch_popcnt(addrs, f) };
         }
-        // Independent loads: the misses of the whole batch are in flight together. A time read
-        // here may be stale by the time its access is processed (the same word twice in one
-        // batch); processing reads it again, so this only warms the caches.
-        let mut warm = 0u64;
-        for &s in &slots[..n] {
-            let t = self.last[s] as usize;
-            warm ^= self.bits[(t / 64).min(self.bits.len() - 1)];
+        self.batch_impl(addrs, f)
+    }
+
+    /// The batch loop compiled with the POPCNT instruction (the baseline x86-64 target has
+    /// none, and counting the bitmap is on the hot path).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "popcnt")]
+    unsafe fn batch_popcnt(&mut self, addrs: &[u64], f: impl FnMut(Option<u64>)) {
+        self.batch_impl(addrs, f)
+    }
+
+    #[inline(always)]
+    fn batch_impl(&mut self, addrs: &[u64], mut f: impl FnMut(Option<u64>)) {
+        const AHEAD: usize = 16;
+        const RING: usize = 64; // > 2 x AHEAD, a power of two
+        let n = addrs.len();
+        let mut slots = [NO_SLOT; RING];
+        // Stage 1 (2 x AHEAD ahead): the slot, and a prefetch of its shadow time.
+        for k in 0..n.min(2 * AHEAD) {
+            slots[k % RING] = self.slot_prefetched(addrs[k]);
         }
-        std::hint::black_box(warm);
-        for &s in &slots[..n] {
-            f(self.access_slot(s));
-        }
-        for &a in &addrs[n..] {
-            f(self.access(a));
+        for i in 0..n {
+            if i + 2 * AHEAD < n {
+                slots[(i + 2 * AHEAD) % RING] = self.slot_prefetched(addrs[i + 2 * AHEAD]);
+            }
+            // Stage 2 (AHEAD ahead): the time (arrived by now), and a prefetch of its bitmap
+            // word. The time may be stale when access i + AHEAD is processed (the same
+            // address again in between, a compaction); processing reads it again.
+            if i + AHEAD < n {
+                let s = slots[(i + AHEAD) % RING];
+                if s != NO_SLOT {
+                    let t = self.time_at(s) as usize;
+                    prefetch(&self.bits[(t / 64).min(self.bits.len() - 1)]);
+                }
+            }
+            f(self.access_slot(slots[i % RING]));
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn access_slot(&mut self, slot: usize) -> Option<u64> {
-        let t = self.last[slot] as usize;
+        if slot == NO_SLOT {
+            return None;
+        }
+        let t = self.time_at(slot) as usize;
         if t == 0 && self.live >= MAX_DISTINCT {
             self.saturated = true;
             return None;
         }
-        let d = (t != 0).then(|| {
+        // (No closure here: it would be compiled apart from batch_popcnt, without POPCNT.)
+        let d = if t != 0 {
             // Live times after t (t's own bit is among those up to t).
             let d = self.live - self.live_upto(t);
             self.bits[t / 64] &= !(1u64 << (t % 64));
-            self.tree_add(t / BLOCK_TIMES, -1);
+            self.tree_kill(t / BLOCK_TIMES);
             self.live -= 1;
-            d
-        });
+            Some(d)
+        } else {
+            None
+        };
         if self.now as usize == self.owner.len() {
             self.compact();
         }
         let now = self.now as usize;
-        self.last[slot] = now as u32;
+        self.set_time(slot, now as u32);
         self.owner[now] = slot as u32;
         self.bits[now / 64] |= 1u64 << (now % 64);
-        self.tree_add(now / BLOCK_TIMES, 1);
         self.live += 1;
         self.now += 1;
         d
     }
 
-    /// Renumbers the live times 1..=live in time order and resizes to twice that.
+    /// Renumbers the live times 1..=live in time order, in place, and makes room for at least
+    /// three times that: the next compaction comes after at least twice as many accesses as
+    /// there are live addresses, so its cost (one scattered write per live address) is at most
+    /// half a write per access. Arrays only grow: freeing and re-allocating them made the
+    /// kernel shoot down the TLBs of the other analysis threads at every compaction.
     fn compact(&mut self) {
         let live = self.live as usize;
-        let cap = (2 * live + 2)
+        let cap = (3 * live + 2)
             .next_multiple_of(BLOCK_TIMES)
-            .max(MIN_CAPACITY);
-        let mut owner = vec![0u32; cap];
+            .max(MIN_CAPACITY)
+            .max(self.owner.len());
         let mut next = 1usize;
-        for (w, &word) in self.bits.iter().enumerate() {
-            let mut x = word;
+        for w in 0..self.bits.len() {
+            let mut x = self.bits[w];
             while x != 0 {
                 let t = w * 64 + x.trailing_zeros() as usize;
-                let slot = self.owner[t];
-                self.last[slot as usize] = next as u32;
-                owner[next] = slot;
+                // next <= t: renumbering in increasing time order never overwrites an entry
+                // that is still to be read.
+                let slot = self.owner[t] as usize;
+                self.pages[slot >> PAGE_BITS][slot & (PAGE - 1)] = next as u32;
+                self.owner[next] = slot as u32;
                 next += 1;
                 x &= x - 1;
             }
         }
         debug_assert_eq!(next, live + 1);
-        self.owner = owner;
+        self.owner.resize(cap, 0);
         self.bits.clear();
         self.bits.resize(cap / 64, 0);
         for t in 1..=live {
             self.bits[t / 64] |= 1 << (t % 64);
         }
-        // Fenwick tree from the block counts, in linear time.
-        let blocks = cap / BLOCK_TIMES;
+        // Times 1..=live are all live again: no dead times anywhere.
         self.tree.clear();
-        self.tree.resize(blocks + 1, 0);
-        for b in 0..blocks {
-            let first = b * BLOCK_TIMES;
-            // Live times are exactly 1..=live.
-            let ones = (first + BLOCK_TIMES)
-                .min(live + 1)
-                .saturating_sub(first.max(1));
-            self.tree[b + 1] += ones as u32;
-            let j = (b + 1) + ((b + 1) & (b + 1).wrapping_neg());
-            if j <= blocks {
-                let v = self.tree[b + 1];
-                self.tree[j] += v;
-            }
-        }
+        self.tree.resize(cap / BLOCK_TIMES + 1, 0);
         self.now = live as u32 + 1;
     }
 }
