@@ -193,6 +193,11 @@ impl ReplayConfig {
     }
 }
 
+/// `MemAvailable` from /proc/meminfo, in bytes (None where unknown).
+pub fn available_memory_bytes() -> Option<u64> {
+    sys::available_memory_bytes()
+}
+
 /// One thread per CPU this process may use.
 pub fn default_threads() -> usize {
     sys::allowed_cpus().len().max(1)

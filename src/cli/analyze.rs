@@ -128,6 +128,7 @@ pub fn analyze(args: AnalyzeArgs) -> Result<i32> {
         check_writable(out)?;
     }
     let cfg = args.config();
+    announce(&args.trace, &cfg);
     let report = {
         let _bar = Display::start(&cfg.progress, Style::Bytes);
         run_analysis(&args.trace, &cfg)?
@@ -147,6 +148,35 @@ pub fn analyze(args: AnalyzeArgs) -> Result<i32> {
         Format::Table => table(&report, &mut out)?,
     }
     Ok(0)
+}
+
+/// Says up front what the analysis will read and the memory its reuse engines need.
+fn announce(trace: &std::path::Path, cfg: &AnalyzeConfig) {
+    let Some(end) = mgbench_capture::trace::read_end_info(trace) else {
+        return;
+    };
+    let bytes = std::fs::metadata(trace).map_or(0, |m| m.len());
+    let (per, bound) = mgbench_synth::analyze::memory_bound(end.recorded, cfg.method);
+    let available = mgbench_replay::available_memory_bytes();
+    let mut line = format!(
+        "mgbench: analysing {} accesses ({}); the reuse engines keep about {per} bytes per \
+         distinct word and line in densely used memory, {} if every access touched new memory",
+        end.recorded,
+        human(bytes),
+        human(bound)
+    );
+    if let Some(avail) = available.filter(|&a| bound > a) {
+        line.push_str(&format!(
+            " (more than the {} available: a trace touching that much distinct memory would \
+             need --shards RATE, which scales it by RATE)",
+            human(avail)
+        ));
+    }
+    eprintln!("{line}");
+}
+
+fn human(bytes: u64) -> String {
+    mgbench_replay::plan::human_bytes(u128::from(bytes))
 }
 
 fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
@@ -251,6 +281,13 @@ fn table(r: &LocalityReport, out: &mut impl Write) -> std::io::Result<()> {
             a.l, a.k, a.m, a.method, a.spatial, a.temporal, a.residual, a.l, a.k
         )?;
     }
+    writeln!(
+        out,
+        "memory: the reuse engines held {} for {} distinct words and {} distinct lines",
+        human(r.memory.reuse_engine_bytes),
+        r.memory.distinct_words,
+        r.memory.distinct_lines
+    )?;
     for n in &r.notes {
         writeln!(out, "note: {n}")?;
     }

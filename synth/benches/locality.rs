@@ -143,20 +143,23 @@ fn main() {
         std::process::id()
     ));
     write_trace(&path, &random);
-    let cfg = AnalyzeConfig {
-        apex: false,
-        threads: 1,
-        ..AnalyzeConfig::default()
-    };
-    let t = time5(|| {
-        std::hint::black_box(analyze(&path, &cfg).unwrap());
-    });
-    println!(
-        "analyze (no Apex fit), random trace: median {t:.3} s of 5 -> {:.1} M accesses/s",
-        n as f64 / t / 1e6
-    );
+    let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for threads in [1, all] {
+        let cfg = AnalyzeConfig {
+            apex: false,
+            threads,
+            ..AnalyzeConfig::default()
+        };
+        let t = time5(|| {
+            std::hint::black_box(analyze(&path, &cfg).unwrap());
+        });
+        println!(
+            "analyze (no Apex fit), random trace, {threads} thread(s): median {t:.3} s of 5 -> {:.1} M accesses/s",
+            n as f64 / t / 1e6
+        );
+    }
     let _ = std::fs::remove_file(&path);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = all;
     let t = time5(|| {
         let g = apex::grid(apex::DEFAULT_M, apex::GRID_ACCESSES, threads);
         std::hint::black_box(g.fit(0.5, 0.5));

@@ -86,7 +86,31 @@ pub struct LocalityReport {
     #[serde(flatten)]
     pub program_locality: Locality,
     pub functions: Vec<FunctionLocality>,
+    /// What the program's reuse engines held.
+    pub memory: MemoryUse,
     pub notes: Vec<String>,
+}
+
+/// The memory the reuse-distance engines held for the whole program (functions come on top
+/// with `--by function`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MemoryUse {
+    pub distinct_words: u64,
+    pub distinct_lines: u64,
+    pub reuse_engine_bytes: u64,
+}
+
+/// What `analyze` will need, said before it starts: for `accesses` accesses, the exact
+/// engines keep about [`ReuseDistance::BYTES_PER_DISTINCT`] bytes per distinct word and per
+/// distinct line in densely used memory. Returns (bytes per distinct word+line, the bound if
+/// every access touched a new word and line).
+pub fn memory_bound(accesses: u64, method: ReuseMethod) -> (u64, u64) {
+    let per = 2 * crate::locality::reuse::ReuseDistance::BYTES_PER_DISTINCT;
+    let scale = match method {
+        ReuseMethod::Exact => 1.0,
+        ReuseMethod::Shards { rate } => rate,
+    };
+    (per, (accesses as f64 * per as f64 * scale) as u64)
 }
 
 /// Functions tracked separately before the rest is pooled as "(other)".
@@ -222,6 +246,11 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
         .apex
         .then(|| apex::grid(cfg.apex_m, apex::GRID_ACCESSES, cfg.threads.max(1)));
     let program_locality = summarize(&mut program, rho, grid.as_ref());
+    let memory = MemoryUse {
+        distinct_words: program.scorer.distinct_words().round() as u64,
+        distinct_lines: program.scorer.distinct_lines().unwrap_or(0.0).round() as u64,
+        reuse_engine_bytes: program.scorer.memory_bytes(),
+    };
     if program.scorer.saturated() {
         notes.push(format!(
             "more than {} distinct words: reuse distances of words beyond that were counted as first uses; use --shards",
@@ -263,6 +292,7 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
         reuse_method: cfg.method,
         program_locality,
         functions,
+        memory,
         notes,
     })
 }

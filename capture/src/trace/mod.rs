@@ -22,7 +22,7 @@ mod writer;
 use serde::{Deserialize, Serialize};
 
 pub use codec::{decode_chunk, encode_chunk, ChunkDecoder, ChunkEncoder, CodecError};
-pub use reader::{Damage, Frame, RawFrame, ReadError, TraceReader};
+pub use reader::{read_end_info, Damage, Frame, RawFrame, ReadError, TraceReader};
 pub use writer::TraceWriter;
 
 /// File magic, first 8 bytes of every trace.

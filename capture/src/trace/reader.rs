@@ -274,3 +274,34 @@ fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     }
     Ok(n)
 }
+
+/// The end frame of a finished trace, found from the end of the file without reading the
+/// rest (the end frame is the last frame: its header, length and CRC must check out). None
+/// when the trace did not finish or the file cannot be read. Used to say up front how many
+/// accesses a long job will process.
+pub fn read_end_info(path: &std::path::Path) -> Option<super::EndInfo> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    let tail = len.min(1 << 16);
+    f.seek(SeekFrom::Start(len - tail)).ok()?;
+    let mut buf = Vec::with_capacity(tail as usize);
+    f.take(tail).read_to_end(&mut buf).ok()?;
+    // The last frame ends the file: try every "MF", end kind, start from the back.
+    for at in (0..buf.len().saturating_sub(12)).rev() {
+        let h = &buf[at..at + 12];
+        if h[0..2] != FRAME_MAGIC || h[2] != FRAME_END || h[3] != 0 {
+            continue;
+        }
+        let n = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+        if at + 12 + n != buf.len() {
+            continue;
+        }
+        let payload = &buf[at + 12..];
+        if crc32fast::hash(payload).to_le_bytes() != h[8..12] {
+            continue;
+        }
+        return serde_json::from_slice(payload).ok();
+    }
+    None
+}

@@ -97,6 +97,7 @@ struct RemoteResult {
     counts: ReuseCounts,
     distinct: u64,
     saturated: bool,
+    memory_bytes: u64,
 }
 
 impl Remote {
@@ -117,6 +118,7 @@ impl Remote {
                 counts,
                 distinct: r.distinct(),
                 saturated: r.saturated(),
+                memory_bytes: r.memory_bytes(),
             }
         };
         // A thread that cannot be started leaves `worker` empty: the track then reports
@@ -353,6 +355,15 @@ impl Track {
             Engine::Remote(r) => r.done.as_ref().map_or(0, |d| d.distinct) as f64,
         }
     }
+
+    /// Bytes the engine held (call after flush).
+    fn memory_bytes(&self) -> u64 {
+        match &self.engine {
+            Engine::Exact(r) => r.memory_bytes(),
+            Engine::Shards(s) => s.memory_bytes(),
+            Engine::Remote(r) => r.done.as_ref().map_or(0, |d| d.memory_bytes),
+        }
+    }
 }
 
 /// The smallest distance in words from `word` to any of the `SPATIAL_WINDOW` previous words,
@@ -482,6 +493,18 @@ impl Scorer {
     pub fn saturated(&mut self) -> bool {
         self.flush();
         self.words.saturated() || self.lines.as_ref().is_some_and(Track::saturated)
+    }
+
+    /// Bytes held by the reuse engines (words and lines).
+    pub fn memory_bytes(&mut self) -> u64 {
+        self.flush();
+        self.words.memory_bytes() + self.lines.as_ref().map_or(0, Track::memory_bytes)
+    }
+
+    /// Distinct 8-byte words referenced (estimated under SHARDS).
+    pub fn distinct_words(&mut self) -> f64 {
+        self.flush();
+        self.words.distinct()
     }
 
     /// Distinct 64-byte lines referenced (estimated under SHARDS); None without line tracking.

@@ -56,7 +56,7 @@ pub struct ReuseDistance {
     /// Time -> slot (page << PAGE_BITS | offset), meaningful where the time's bit is set.
     owner: Vec<u32>,
     /// Bit t set: t is the last-use time of some address.
-    bits: Vec<u64>,
+    bits: Bitmap,
     /// Fenwick tree over the dead-time counts of BLOCK_TIMES-time blocks, 1-based. Counting
     /// the dead (rather than the live) times means a new time, always the latest, changes no
     /// count: only a reuse (its previous time dies) updates the tree.
@@ -75,6 +75,53 @@ impl Default for ReuseDistance {
         ReuseDistance::new()
     }
 }
+
+/// One block of BLOCK_TIMES time bits, exactly one 64-byte cache line, so counting a block
+/// touches the one line that was prefetched.
+#[derive(Clone, Copy, Default)]
+#[repr(align(64))]
+struct Block([u64; BLOCK_TIMES / 64]);
+
+/// The bitmap of live times, in cache-line blocks.
+struct Bitmap {
+    blocks: Vec<Block>,
+}
+
+impl Bitmap {
+    fn with_times(times: usize) -> Bitmap {
+        Bitmap {
+            blocks: vec![Block::default(); times.div_ceil(BLOCK_TIMES)],
+        }
+    }
+
+    fn words(&self) -> usize {
+        self.blocks.len() * (BLOCK_TIMES / 64)
+    }
+
+    #[inline(always)]
+    fn word(&self, w: usize) -> u64 {
+        self.blocks[w / 8].0[w % 8]
+    }
+
+    #[inline(always)]
+    fn set(&mut self, t: usize) {
+        self.blocks[t / BLOCK_TIMES].0[(t / 64) % 8] |= 1u64 << (t % 64);
+    }
+
+    #[inline(always)]
+    fn clear(&mut self, t: usize) {
+        self.blocks[t / BLOCK_TIMES].0[(t / 64) % 8] &= !(1u64 << (t % 64));
+    }
+
+    /// All bits cleared, room for `times` times (never shrinks).
+    fn reset(&mut self, times: usize) {
+        let n = times.div_ceil(BLOCK_TIMES).max(self.blocks.len());
+        self.blocks.clear();
+        self.blocks.resize(n, Block::default());
+    }
+}
+
+const _: () = assert!(BLOCK_TIMES == 512, "a block is one 64-byte line of bits");
 
 /// Asks the CPU to start loading the cache line of `x` (a hint: no fault, no wait).
 #[inline(always)]
@@ -119,7 +166,7 @@ impl ReuseDistance {
             last_leaf: (u64::MAX, 0),
             pages: Vec::new(),
             owner: vec![0; MIN_CAPACITY],
-            bits: vec![0; MIN_CAPACITY / 64],
+            bits: Bitmap::with_times(MIN_CAPACITY),
             tree: vec![0; MIN_CAPACITY / BLOCK_TIMES + 1],
             now: 1,
             live: 0,
@@ -131,6 +178,20 @@ impl ReuseDistance {
     pub fn distinct(&self) -> u64 {
         self.live
     }
+
+    /// Bytes this engine holds: shadow pages, page table, time owners, bitmap, tree.
+    pub fn memory_bytes(&self) -> u64 {
+        let pages = self.pages.len() * PAGE * 4;
+        let leaves = self.leaves.len() * LEAF * 4;
+        let owner = self.owner.capacity() * 4;
+        let bits = self.bits.blocks.capacity() * std::mem::size_of::<Block>();
+        let tree = self.tree.capacity() * 4;
+        (pages + leaves + owner + bits + tree) as u64
+    }
+
+    /// Bytes per distinct address in a densely used region (time, three owner slots,
+    /// three bits), the figure analyze states before it starts.
+    pub const BYTES_PER_DISTINCT: u64 = 4 + 3 * 4 + 1;
 
     /// True when more than [`MAX_DISTINCT`] addresses were seen (the rest counted as first uses).
     pub fn saturated(&self) -> bool {
@@ -167,14 +228,14 @@ impl ReuseDistance {
     fn live_upto(&self, t: usize) -> u64 {
         let block = t / BLOCK_TIMES;
         let first_time = (block * BLOCK_TIMES).max(1);
-        let w = t / 64;
-        let first = block * (BLOCK_TIMES / 64);
+        let words = &self.bits.blocks[block].0;
+        let w = (t / 64) % 8;
         let mut n = (first_time as u64 - 1) - self.dead_before(block);
-        for &x in &self.bits[first..w] {
+        for &x in &words[..w] {
             n += u64::from(x.count_ones());
         }
         let mask = u64::MAX >> (63 - (t % 64));
-        n + u64::from((self.bits[w] & mask).count_ones())
+        n + u64::from((words[w] & mask).count_ones())
     }
 
     /// The slot of `addr`'s last-use time, creating its shadow page on first touch.
@@ -274,7 +335,7 @@ impl ReuseDistance {
                 let s = slots[(i + AHEAD) % RING];
                 if s != NO_SLOT {
                     let t = self.time_at(s) as usize;
-                    prefetch(&self.bits[(t / 64).min(self.bits.len() - 1)]);
+                    prefetch(&self.bits.blocks[(t / BLOCK_TIMES).min(self.bits.blocks.len() - 1)]);
                 }
             }
             f(self.access_slot(slots[i % RING]));
@@ -295,7 +356,7 @@ impl ReuseDistance {
         let d = if t != 0 {
             // Live times after t (t's own bit is among those up to t).
             let d = self.live - self.live_upto(t);
-            self.bits[t / 64] &= !(1u64 << (t % 64));
+            self.bits.clear(t);
             self.tree_kill(t / BLOCK_TIMES);
             self.live -= 1;
             Some(d)
@@ -308,7 +369,7 @@ impl ReuseDistance {
         let now = self.now as usize;
         self.set_time(slot, now as u32);
         self.owner[now] = slot as u32;
-        self.bits[now / 64] |= 1u64 << (now % 64);
+        self.bits.set(now);
         self.live += 1;
         self.now += 1;
         d
@@ -326,8 +387,8 @@ impl ReuseDistance {
             .max(MIN_CAPACITY)
             .max(self.owner.len());
         let mut next = 1usize;
-        for w in 0..self.bits.len() {
-            let mut x = self.bits[w];
+        for w in 0..self.bits.words() {
+            let mut x = self.bits.word(w);
             while x != 0 {
                 let t = w * 64 + x.trailing_zeros() as usize;
                 // next <= t: renumbering in increasing time order never overwrites an entry
@@ -341,10 +402,9 @@ impl ReuseDistance {
         }
         debug_assert_eq!(next, live + 1);
         self.owner.resize(cap, 0);
-        self.bits.clear();
-        self.bits.resize(cap / 64, 0);
+        self.bits.reset(cap);
         for t in 1..=live {
-            self.bits[t / 64] |= 1 << (t % 64);
+            self.bits.set(t);
         }
         // Times 1..=live are all live again: no dead times anywhere.
         self.tree.clear();
@@ -373,6 +433,10 @@ impl Shards {
 
     pub fn saturated(&self) -> bool {
         self.inner.saturated()
+    }
+
+    pub fn memory_bytes(&self) -> u64 {
+        self.inner.memory_bytes()
     }
 
     /// Distinct sampled addresses (divide by `rate` for an estimate of all).
