@@ -16,16 +16,34 @@ need mpirun openmpi-bin        # replay --mpi: the MPI runtime
 need mpicc libopenmpi-dev      # the mpi crate (feature "mpi") links OpenMPI...
 compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null || packages+=(libclang-dev)  # ...and bindgen needs libclang
 need clang clang               # scripts/check-cuda-kernels.sh: kernels-cuda/*.cu to PTX, no CUDA SDK
+need node nodejs               # the report's browser check (report/tests/browser)...
+need npm npm                   # ...installs playwright-core from npm
+# The browser the report check drives (Debian's, no download) and the fonts figures use.
+light=()
+[ -x /usr/bin/chromium-headless-shell ] || light+=(chromium-headless-shell)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || light+=(fonts-dejavu-core)
 
-if [ "${#packages[@]}" -gt 0 ]; then
+if [ "${#packages[@]}" -gt 0 ] || [ "${#light[@]}" -gt 0 ]; then
     sudo=""
     if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 || { echo "setup: need root or sudo to install: ${packages[*]}" >&2; exit 1; }
+        command -v sudo >/dev/null 2>&1 || { echo "setup: need root or sudo to install: ${packages[*]} ${light[*]}" >&2; exit 1; }
         sudo="sudo"
     fi
-    echo "setup: installing ${packages[*]}"
+    echo "setup: installing ${packages[*]} ${light[*]}"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${packages[@]}" >/dev/null
+    if [ "${#packages[@]}" -gt 0 ]; then
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${packages[@]}" >/dev/null
+    fi
+    if [ "${#light[@]}" -gt 0 ]; then
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${light[@]}" >/dev/null
+    fi
+fi
+
+# playwright-core for the report's browser check, at the version package-lock.json pins.
+browser_dir="$(cd "$(dirname "$0")/.." && pwd)/report/tests/browser"
+if [ ! -d "$browser_dir/node_modules/playwright-core" ]; then
+    echo "setup: npm ci in report/tests/browser (playwright-core; it downloads no browser)"
+    (cd "$browser_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -32,7 +32,9 @@ pub const DEFAULT_WRAP: usize = 1;
 pub const DEFAULT_NRUNS: usize = 10;
 
 /// The replay kernels (Spatter's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum KernelKind {
     Gather,
@@ -291,6 +293,9 @@ pub struct RunConfig {
     pub notes: Vec<String>,
     /// What `--compact-gaps` did to the patterns, if anything.
     pub compaction: Option<crate::compact::Compaction>,
+    /// The generator the (gather-side, or outer) pattern came from, as written
+    /// ("UNIFORM:8:4:NR"); None for index lists.
+    pub pattern_spec: Option<String>,
 }
 
 impl RunConfig {
@@ -319,6 +324,7 @@ impl RunConfig {
             delta_source: "config".into(),
             notes: vec![],
             compaction: None,
+            pattern_spec: None,
         }
     }
 }
@@ -793,6 +799,15 @@ fn build(
     };
     let (ps, b) = (f.pattern_size, f.boundary);
     let shared = f.shared();
+    let main = if kind == KernelKind::GatherScatter {
+        &f.pattern_gather
+    } else {
+        &f.pattern
+    };
+    let pattern_spec = main
+        .as_ref()
+        .map(|p| p.spec.clone())
+        .filter(|s| s != "list");
     if kind == KernelKind::Apex {
         return build_apex(f, defaults, origin, name);
     }
@@ -922,6 +937,7 @@ fn build(
         delta_source,
         notes,
         compaction: None,
+        pattern_spec,
     })
 }
 
@@ -1044,6 +1060,7 @@ fn build_apex(
         delta_source: "apex".to_string(),
         notes,
         compaction: None,
+        pattern_spec: None,
     })
 }
 

@@ -647,6 +647,7 @@ pub(crate) fn measured_record(
             _ => None,
         },
         delta_source: c.delta_source.clone(),
+        pattern_spec: c.pattern_spec.clone(),
         count: c.count,
         wrap: c.wrap,
         threads: 1,

@@ -68,6 +68,10 @@ pub struct ReplayRecord {
     pub delta: i64,
     /// gs only: the scatter side's delta.
     pub delta_scatter: Option<i64>,
+    /// The generator of the pattern as written ("UNIFORM:8:4:NR"; gs: the gather side), or
+    /// None for an index list.
+    #[serde(default)]
+    pub pattern_spec: Option<String>,
     /// Where the delta came from: "default", "config", "generator:UNIFORM",
     /// "generator:UNIFORM:NR", "generator:LAPLACIAN" (gs: "gather=...,scatter=...").
     pub delta_source: String,

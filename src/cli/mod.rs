@@ -5,6 +5,7 @@ mod analyze;
 mod capture;
 mod progress;
 mod replay;
+mod report;
 mod synth;
 
 use anyhow::Result;
@@ -46,6 +47,11 @@ enum Command {
     Replay(Box<replay::ReplayArgs>),
     /// Run the STREAM benchmark (Copy, Scale, Add, Triad).
     Stream(replay::StreamArgs),
+    /// Turn results, pattern files and analyses into one self-contained HTML page of figures.
+    Report(report::ReportArgs),
+    /// Compare machines: per pattern, bandwidth, ratio to a baseline, % of STREAM, and what
+    /// STREAM alone would predict.
+    Compare(report::CompareArgs),
 }
 
 /// Runs the command; returns the exit status for the process.
@@ -63,6 +69,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Profile(args) => synth::profile(*args),
         Command::Replay(args) => replay::replay(*args),
         Command::Stream(args) => replay::stream(args).map(|()| 0),
+        Command::Report(args) => report::report(args),
+        Command::Compare(args) => report::compare(args),
     }
 }
 

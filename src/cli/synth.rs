@@ -173,7 +173,7 @@ fn mine(
                 ..AnalyzeConfig::default()
             },
         )?;
-        let fit = locality.program_locality.apex.ok_or_else(|| {
+        let fit = locality.program_locality.apex.clone().ok_or_else(|| {
             anyhow::anyhow!(
                 "internal: the Apex-MAP fit of {} gave no result",
                 trace.display()

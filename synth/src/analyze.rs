@@ -6,7 +6,7 @@ use std::path::Path;
 
 use mgbench_capture::symbols::Symbolizer;
 use mgbench_capture::trace::{Frame, Mapping, Mode};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::apex::{self, ApexFit, ApexGrid};
 use crate::fasthash;
@@ -48,7 +48,7 @@ impl Default for AnalyzeConfig {
 }
 
 /// Locality of one stream of references.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Locality {
     /// References after merging read-modify-write pairs.
     pub references: u64,
@@ -65,7 +65,7 @@ pub struct Locality {
 }
 
 /// One function's locality.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunctionLocality {
     pub function: String,
     #[serde(flatten)]
@@ -73,7 +73,7 @@ pub struct FunctionLocality {
 }
 
 /// The report `mgbench analyze` prints.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LocalityReport {
     pub trace: String,
     pub program: Option<String>,
@@ -93,7 +93,7 @@ pub struct LocalityReport {
 
 /// The memory the reuse-distance engines held for the whole program (functions come on top
 /// with `--by function`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct MemoryUse {
     pub distinct_words: u64,
     pub distinct_lines: u64,

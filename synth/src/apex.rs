@@ -8,7 +8,7 @@
 //! [`ApexGrid::fit`]), and the fitted stream is scored again so users see the residual: how
 //! good the proxy is.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use mgbench_replay::apex::{ApexParams, Rng, DEFAULT_M};
 
@@ -81,7 +81,7 @@ pub fn grid(m: u64, accesses: u64, threads: usize) -> ApexGrid {
 }
 
 /// The proxy for an application.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApexFit {
     pub l: u64,
     pub k: f64,
@@ -92,7 +92,7 @@ pub struct ApexFit {
     /// Euclidean distance in (spatial, temporal) between the application and the proxy.
     pub residual: f64,
     /// "interpolated" (solved inside a grid cell) or "nearest" (a grid point).
-    pub method: &'static str,
+    pub method: String,
 }
 
 impl ApexGrid {
@@ -158,7 +158,7 @@ impl ApexGrid {
                     spatial: s,
                     temporal: t,
                     residual: ((s - spatial).powi(2) + (t - temporal).powi(2)).sqrt(),
-                    method,
+                    method: method.to_string(),
                 }
             })
             .min_by(|a, b| {

@@ -7,4 +7,5 @@ mod cuda;
 mod inputs;
 mod mpi;
 mod replay;
+mod report;
 mod synth;

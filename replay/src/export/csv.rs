@@ -67,6 +67,7 @@ pub const REPLAY_COLUMNS: &[&str] = &[
     "compaction_max_gap_bytes",
     "compaction_original_span_bytes",
     "compaction_span_bytes",
+    "pattern_spec",
 ];
 
 /// STREAM CSV columns: one row per kernel.
@@ -193,6 +194,7 @@ impl Exporter for CsvExporter {
             row.push(opt(&c.map(|c| c.max_gap_bytes)));
             row.push(opt(&c.map(|c| c.original_span_elems.saturating_mul(8))));
             row.push(opt(&c.map(|c| c.span_elems.saturating_mul(8))));
+            row.push(r.pattern_spec.clone().unwrap_or_default());
             w.write_record(&row)?;
         }
         finish(w)

@@ -35,6 +35,7 @@ const REPLAY_KEYS: &[&str] = &[
     "pattern_len",
     "delta",
     "delta_scatter",
+    "pattern_spec",
     "delta_source",
     "count",
     "wrap",

@@ -30,7 +30,7 @@ pub mod reuse;
 use std::collections::HashMap;
 
 use mgbench_capture::trace::{Access, AccessKind};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::fasthash;
 use reuse::{ReuseDistance, Shards};
@@ -49,7 +49,7 @@ pub const BLOCK: u64 = 64;
 pub const FULL_TRACE_WINDOW: u64 = 1024;
 
 /// How reuse distances are computed.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "method", rename_all = "lowercase")]
 pub enum ReuseMethod {
     /// Olken: exact.
@@ -566,7 +566,7 @@ impl Scorer {
 }
 
 /// One point of a reuse CDF.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ReusePoint {
     /// Reuse distance bound (exclusive), in words or lines.
     pub distance: u64,
@@ -575,7 +575,7 @@ pub struct ReusePoint {
 }
 
 /// A reuse-distance CDF: `reuse_n` for n = 1, 2, 4, ..., 131072.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReuseCurve {
     pub below: Vec<ReusePoint>,
     /// Fraction reused at N or farther.
@@ -596,7 +596,7 @@ pub struct ReuseCurve {
 pub const SHARDS_RELIABLE: f64 = 0.1;
 
 /// MemGaze footprint of one window.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct WindowFootprint {
     pub accesses: u64,
     /// Distinct 64-byte blocks.
@@ -606,7 +606,7 @@ pub struct WindowFootprint {
 }
 
 /// Aggregated footprint metrics.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Footprint {
     pub windows: u64,
     /// Mean distinct blocks per window (F).

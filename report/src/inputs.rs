@@ -1,0 +1,288 @@
+//! What a report is built from: every input file, recognised by its content, with its
+//! sha256. Directories are searched (not deeply: results directories are flat).
+//!
+//! | input | recognised by |
+//! | --- | --- |
+//! | replay results (`results/replay-*.json`) | a JSON array of records with `bandwidth_mbs` |
+//! | STREAM results (`*-stream.json`, `stream-*.json`) | an object with `copy_mbs` and `kernels` |
+//! | GPU STREAM (`*-gpu-stream.json`) | an object with `mul_mbs` and `device` |
+//! | MPI sweeps (`scripts/mpi-sweep.py` CSV) | a CSV header with `ranks`, `threads_per_rank`, `scaling` |
+//! | pattern files (Spatter JSON) | a JSON array of configs (`pattern`, `kernel`, ...) |
+//! | analyses (`mgbench analyze -o`) | an object with `reuse_histogram` and `spatial_score` |
+//! | traces (`*.mgbt`) | the trace magic; analysed here |
+//!
+//! Replay CSVs beside their JSON twin are skipped (same records). Anything else is an error
+//! naming the file and what report reads.
+
+use std::path::{Path, PathBuf};
+
+use mgbench_replay::config::{Defaults, RunConfig};
+use mgbench_replay::gpu::GpuStreamRecord;
+use mgbench_replay::record::{ReplayRecord, StreamRecord};
+use mgbench_synth::analyze::LocalityReport;
+use sha2::{Digest, Sha256};
+
+use crate::ReportError;
+
+/// One input file as listed in the report's header.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputFile {
+    pub path: PathBuf,
+    pub sha256: String,
+    pub bytes: u64,
+    /// What it held ("12 replay records", "a pattern file of 4 configs", ...).
+    pub what: String,
+}
+
+/// One row of an MPI sweep CSV.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct MpiSweepRow {
+    pub ranks: u64,
+    pub threads_per_rank: u64,
+    pub scaling: String,
+    pub name: String,
+    pub kernel: String,
+    pub bytes: u64,
+    pub bandwidth_mbs: f64,
+    #[serde(default)]
+    pub sum_of_rank_bandwidths_mbs: Option<f64>,
+    #[serde(default)]
+    pub efficiency: Option<f64>,
+    #[serde(default)]
+    pub stream_copy_mbs: Option<f64>,
+    #[serde(default)]
+    pub source: String,
+}
+
+/// A pattern file: its configurations, parsed (generators expanded) as replay would.
+#[derive(Debug, Clone)]
+pub struct PatternFile {
+    pub path: PathBuf,
+    pub configs: Vec<RunConfig>,
+}
+
+/// Everything the inputs held.
+#[derive(Debug, Default)]
+pub struct Inputs {
+    pub files: Vec<InputFile>,
+    pub records: Vec<ReplayRecord>,
+    pub streams: Vec<StreamRecord>,
+    pub gpu_streams: Vec<GpuStreamRecord>,
+    pub mpi_sweeps: Vec<MpiSweepRow>,
+    pub patterns: Vec<PatternFile>,
+    pub analyses: Vec<(String, LocalityReport)>,
+    /// Remarks about inputs (files skipped and why).
+    pub notes: Vec<String>,
+}
+
+/// Reads every input (files, or directories of them), in the order given.
+pub fn load(paths: &[PathBuf], threads: usize) -> Result<Inputs, ReportError> {
+    let mut inputs = Inputs::default();
+    if paths.is_empty() {
+        return Err(ReportError::NoInputs);
+    }
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|cause| ReportError::Read {
+            path: p.clone(),
+            cause,
+        })?;
+        if meta.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|cause| ReportError::Read {
+                    path: p.clone(),
+                    cause,
+                })?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|f| {
+                    f.is_file()
+                        && f.extension()
+                            .is_some_and(|e| e == "json" || e == "csv" || e == "mgbt")
+                })
+                .collect();
+            entries.sort();
+            let before = inputs.files.len();
+            for f in &entries {
+                load_file(f, &mut inputs, threads, true)?;
+            }
+            if inputs.files.len() == before {
+                inputs.notes.push(format!(
+                    "{} holds no file mgbench report reads (JSON/CSV results, pattern files, analyses, traces)",
+                    p.display()
+                ));
+            }
+        } else {
+            load_file(p, &mut inputs, threads, false)?;
+        }
+    }
+    Ok(inputs)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn load_file(
+    path: &Path,
+    inputs: &mut Inputs,
+    threads: usize,
+    from_dir: bool,
+) -> Result<(), ReportError> {
+    let bytes = std::fs::read(path).map_err(|cause| ReportError::Read {
+        path: path.to_path_buf(),
+        cause,
+    })?;
+    let mut file = InputFile {
+        path: path.to_path_buf(),
+        sha256: sha256_hex(&bytes),
+        bytes: bytes.len() as u64,
+        what: String::new(),
+    };
+    let bad = |why: String| ReportError::Unreadable {
+        path: path.to_path_buf(),
+        why,
+    };
+    if bytes.starts_with(mgbench_capture::trace::MAGIC) {
+        let cfg = mgbench_synth::analyze::AnalyzeConfig {
+            threads: threads.max(1),
+            ..Default::default()
+        };
+        let report = mgbench_synth::analyze::analyze(path, &cfg)
+            .map_err(|e| bad(format!("cannot analyse this trace: {e}")))?;
+        file.what = format!("a trace of {} accesses (analysed)", report.accesses);
+        inputs.analyses.push((path.display().to_string(), report));
+        inputs.files.push(file);
+        return Ok(());
+    }
+    if path.extension().is_some_and(|e| e == "csv") {
+        return load_csv(path, &bytes, file, inputs, from_dir);
+    }
+    if bytes.starts_with(b"version https://git-lfs.github.com/spec/") {
+        return Err(bad(
+            "a Git LFS pointer, not the file itself: run `git lfs pull` (or fetch the real file) and try again"
+                .into(),
+        ));
+    }
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        bad(format!(
+            "not JSON (line {}, column {}: {e}); report reads results, pattern files, analyses (JSON), MPI sweeps (CSV) and traces (.mgbt)",
+            e.line(),
+            e.column()
+        ))
+    })?;
+    match &value {
+        serde_json::Value::Array(items) if items.is_empty() => {
+            inputs.notes.push(format!(
+                "{}: an empty results file (the run measured nothing yet)",
+                path.display()
+            ));
+            file.what = "an empty results file".into();
+        }
+        serde_json::Value::Array(items)
+            if items.iter().all(|i| i.get("bandwidth_mbs").is_some()) =>
+        {
+            let recs: Vec<ReplayRecord> = serde_json::from_value(value.clone())
+                .map_err(|e| bad(format!("replay records that do not match the schema: {e}")))?;
+            file.what = format!("{} replay record(s)", recs.len());
+            inputs.records.extend(recs);
+        }
+        serde_json::Value::Object(o) if o.contains_key("mul_mbs") && o.contains_key("device") => {
+            let r: GpuStreamRecord = serde_json::from_value(value.clone()).map_err(|e| {
+                bad(format!(
+                    "a GPU STREAM record that does not match the schema: {e}"
+                ))
+            })?;
+            file.what = format!("GPU STREAM on {}", r.device.name);
+            inputs.gpu_streams.push(r);
+        }
+        serde_json::Value::Object(o) if o.contains_key("copy_mbs") && o.contains_key("kernels") => {
+            let r: StreamRecord = serde_json::from_value(value.clone()).map_err(|e| {
+                bad(format!(
+                    "a STREAM record that does not match the schema: {e}"
+                ))
+            })?;
+            file.what = format!("STREAM on {}", r.host.hostname);
+            inputs.streams.push(r);
+        }
+        serde_json::Value::Object(o)
+            if o.contains_key("reuse_histogram") && o.contains_key("spatial_score") =>
+        {
+            let r: LocalityReport = serde_json::from_value(value.clone())
+                .map_err(|e| bad(format!("an analysis that does not match the schema: {e}")))?;
+            file.what = format!("an analysis of {} accesses", r.accesses);
+            inputs.analyses.push((path.display().to_string(), r));
+        }
+        _ => {
+            let configs = mgbench_replay::config::parse_bytes(&bytes, path, &Defaults::default())
+                .map_err(|e| {
+                bad(format!(
+                    "neither results, an analysis nor a pattern file mgbench can read: {e}"
+                ))
+            })?;
+            file.what = format!("a pattern file of {} config(s)", configs.len());
+            inputs.patterns.push(PatternFile {
+                path: path.to_path_buf(),
+                configs,
+            });
+        }
+    }
+    inputs.files.push(file);
+    Ok(())
+}
+
+fn load_csv(
+    path: &Path,
+    bytes: &[u8],
+    mut file: InputFile,
+    inputs: &mut Inputs,
+    from_dir: bool,
+) -> Result<(), ReportError> {
+    let mut rdr = csv::Reader::from_reader(bytes);
+    let headers = rdr
+        .headers()
+        .map_err(|e| ReportError::Unreadable {
+            path: path.to_path_buf(),
+            why: format!("not a CSV file: {e}"),
+        })?
+        .clone();
+    let has = |h: &str| headers.iter().any(|x| x == h);
+    if has("ranks") && has("threads_per_rank") && has("scaling") {
+        let mut rows = Vec::new();
+        for (i, r) in rdr.deserialize::<MpiSweepRow>().enumerate() {
+            rows.push(r.map_err(|e| ReportError::Unreadable {
+                path: path.to_path_buf(),
+                why: format!("MPI sweep row {}: {e}", i + 1),
+            })?);
+        }
+        file.what = format!("an MPI sweep of {} row(s)", rows.len());
+        inputs.mpi_sweeps.extend(rows);
+        inputs.files.push(file);
+        return Ok(());
+    }
+    if has("bandwidth_mbs") && has("schema_version") {
+        // A replay or STREAM CSV: the same records as its JSON twin.
+        let twin = path.with_extension("json");
+        if twin.exists() {
+            return Ok(());
+        }
+        if from_dir {
+            inputs.notes.push(format!(
+                "{}: replay CSV without its JSON twin: skipped (report reads the JSON)",
+                path.display()
+            ));
+            return Ok(());
+        }
+        return Err(ReportError::Unreadable {
+            path: path.to_path_buf(),
+            why: format!(
+                "a results CSV: give its JSON twin ({}) instead, which carries every field",
+                twin.display()
+            ),
+        });
+    }
+    Err(ReportError::Unreadable {
+        path: path.to_path_buf(),
+        why: "a CSV that is neither an MPI sweep (scripts/mpi-sweep.py) nor replay results".into(),
+    })
+}

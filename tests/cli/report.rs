@@ -1,0 +1,113 @@
+//! `mgbench report` and `mgbench compare` as users run them.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::{mgbench, stderr, stdout, temp_dir};
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("report/tests/data")
+}
+
+#[test]
+fn report_writes_one_page_from_a_directory_and_files() {
+    let dir = temp_dir("report");
+    let d = data();
+    let o = mgbench(&["report", d.to_str().unwrap(), "-o", "r.html"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("report -> r.html (29 figure(s)"),
+        "{}",
+        stderr(&o)
+    );
+    let html = std::fs::read_to_string(dir.join("r.html")).unwrap();
+    assert!(html.contains("data-fig=\"bandwidth-bandwidth\""));
+    // Files given one by one, with a baseline.
+    let a = d.join("machine-a-replay.json");
+    let c = d.join("machine-c-replay.json");
+    let o = mgbench(
+        &[
+            "report",
+            a.to_str().unwrap(),
+            c.to_str().unwrap(),
+            "--baseline",
+            "ddr",
+            "-o",
+            "two.html",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(dir.join("two.html")).unwrap();
+    assert!(html.contains("pairwise-vm-vs-ddr-node"));
+    // Errors: a file report cannot read (nothing written), a bad baseline, an unusable -o.
+    std::fs::write(dir.join("notes.json"), "{\"hello\": 1}").unwrap();
+    let o = mgbench(&["report", "notes.json", "-o", "bad.html"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("notes.json"), "{}", stderr(&o));
+    assert!(!dir.join("bad.html").exists());
+    let o = mgbench(
+        &[
+            "report",
+            a.to_str().unwrap(),
+            "--baseline",
+            "zzz",
+            "-o",
+            "b.html",
+        ],
+        &dir,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--baseline zzz"), "{}", stderr(&o));
+    let o = mgbench(
+        &["report", a.to_str().unwrap(), "-o", "no/dir/r.html"],
+        &dir,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no/dir"), "{}", stderr(&o));
+    let o = mgbench(&["report"], &dir);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn compare_prints_table_json_and_csv() {
+    let dir = temp_dir("compare");
+    let d = data();
+    let o = mgbench(&["compare", d.to_str().unwrap()], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = stdout(&o);
+    assert!(t.starts_with("3 machine(s); baseline vm"), "{t}");
+    assert!(
+        t.contains("hbm-node") && t.contains("threads differ"),
+        "{t}"
+    );
+    assert!(
+        stderr(&o).contains("MPI or GPU-sweep record(s) left out"),
+        "{}",
+        stderr(&o)
+    );
+    let o = mgbench(
+        &[
+            "compare",
+            d.to_str().unwrap(),
+            "--format",
+            "json",
+            "--baseline",
+            "hbm",
+        ],
+        &dir,
+    );
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        v["machines"][v["baseline"].as_u64().unwrap() as usize]["name"],
+        "hbm-node"
+    );
+    let o = mgbench(&["compare", d.to_str().unwrap(), "--format", "csv"], &dir);
+    assert!(o.status.success());
+    assert!(stdout(&o).starts_with("pattern,kernel,machine,baseline,"));
+    // One machine: a warning, still a table.
+    let a = d.join("machine-a-replay.json");
+    let o = mgbench(&["compare", a.to_str().unwrap()], &dir);
+    assert!(o.status.success());
+    assert!(stderr(&o).contains("one machine"), "{}", stderr(&o));
+}
