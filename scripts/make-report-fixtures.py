@@ -3,7 +3,7 @@
 
 Measured here, on this machine: replay results of a small suite with its STREAM baseline,
 an MPI weak and strong sweep (mpirun), the pattern file synth mines from the SpMV demo and
-the analysis of that capture. Derived, clearly named as such: two more machines made from
+the analysis of that capture, RDX over a full capture of it. Derived, clearly named as such: two more machines made from
 the measured results (other host names, bandwidths scaled per kernel), and a GPU sweep
 shaped like `replay --cuda --sweep` output (there is no GPU here).
 
@@ -172,6 +172,12 @@ def main():
              os.path.join(DATA, "spmv-patterns.json")])
         run([MGBENCH, "analyze", trace, "--quiet", "-o", os.path.join(DATA, "spmv-analysis.json")],
             stdout=subprocess.DEVNULL)
+        # 6. RDX over a full capture of the SpMV demo, with the exact histograms.
+        full = os.path.join(tmp, "spmv-full.mgbt")
+        run([MGBENCH, "capture", "--quiet", "--full", "-o", full, "--", os.path.join(apps, "spmv"),
+             "--rows=2048", "--nnz=8", "--iters=3"], stdout=subprocess.DEVNULL)
+        run([MGBENCH, "reuse", "--quiet", "--rdx", full, "--top", "8", "-o",
+             os.path.join(DATA, "spmv-reuse.json")], stdout=subprocess.DEVNULL)
         print(f"fixtures written to {DATA} (measured on {host})", file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -9,6 +9,7 @@
 //! | MPI sweeps (`scripts/mpi-sweep.py` CSV) | a CSV header with `ranks`, `threads_per_rank`, `scaling` |
 //! | pattern files (Spatter JSON) | a JSON array of configs (`pattern`, `kernel`, ...) |
 //! | analyses (`mgbench analyze -o`) | an object with `reuse_histogram` and `spatial_score` |
+//! | RDX reuse reports (`mgbench reuse -o`) | an object with `words`, `lines` and `config.watchpoints` |
 //! | traces (`*.mgbt`) | the trace magic; analysed here |
 //!
 //! Replay CSVs beside their JSON twin are skipped (same records). Anything else is an error
@@ -71,6 +72,7 @@ pub struct Inputs {
     pub mpi_sweeps: Vec<MpiSweepRow>,
     pub patterns: Vec<PatternFile>,
     pub analyses: Vec<(String, LocalityReport)>,
+    pub reuses: Vec<(String, mgbench_synth::rdx::ReuseReport)>,
     /// Remarks about inputs (files skipped and why).
     pub notes: Vec<String>,
 }
@@ -212,6 +214,21 @@ fn load_file(
                 .map_err(|e| bad(format!("an analysis that does not match the schema: {e}")))?;
             file.what = format!("an analysis of {} accesses", r.accesses);
             inputs.analyses.push((path.display().to_string(), r));
+        }
+        serde_json::Value::Object(o)
+            if o.contains_key("words")
+                && o.contains_key("lines")
+                && o.get("config")
+                    .is_some_and(|c| c.get("watchpoints").is_some()) =>
+        {
+            let r: mgbench_synth::rdx::ReuseReport = serde_json::from_value(value.clone())
+                .map_err(|e| {
+                    bad(format!(
+                        "an RDX reuse report that does not match the schema: {e}"
+                    ))
+                })?;
+            file.what = format!("an RDX reuse report of {} accesses", r.accesses);
+            inputs.reuses.push((path.display().to_string(), r));
         }
         _ => {
             let configs = mgbench_replay::config::parse_bytes(&bytes, path, &Defaults::default())

@@ -394,6 +394,8 @@ pub struct Plot {
     legend: Vec<(String, &'static str, Dash, bool)>,
     /// Category labels drawn instead of y ticks (horizontal bar charts), with their y values.
     y_categories: Vec<(f64, String)>,
+    /// Tick labels of their own at these x values (binned x axes), instead of the format's.
+    x_labels: Vec<(f64, String)>,
     x_ticks_at: Option<Vec<f64>>,
 }
 
@@ -424,6 +426,7 @@ impl Plot {
             skipped: 0,
             legend: Vec::new(),
             y_categories: Vec::new(),
+            x_labels: Vec::new(),
             x_ticks_at: None,
         }
     }
@@ -474,6 +477,12 @@ impl Plot {
     /// Category labels for a horizontal bar chart: drawn at these y values, left of the frame.
     pub fn categories(&mut self, cats: Vec<(f64, String)>) {
         self.y_categories = cats;
+    }
+
+    /// Labels of x ticks (bins): drawn at these x values, below the frame.
+    pub fn x_labels(&mut self, labels: Vec<(f64, String)>) {
+        self.x_ticks_at = Some(labels.iter().map(|l| l.0).collect());
+        self.x_labels = labels;
     }
 
     /// A data point.
@@ -734,7 +743,11 @@ impl Plot {
                 "<line class=\"grid\" x1=\"{x:.1}\" y1=\"{t}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#e4e4e4\"/><text class=\"tick\" x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
                 t + ph,
                 t + ph + 13.0,
-                esc(&(self.x.format)(v))
+                esc(&self
+                    .x_labels
+                    .iter()
+                    .find(|l| l.0 == v)
+                    .map_or_else(|| (self.x.format)(v), |l| l.1.clone()))
             );
         }
         // y ticks (or categories)

@@ -17,6 +17,9 @@ flags=(-O2 -g -fno-omit-frame-pointer -Wall -Wextra)
 "$cc" "${flags[@]}" -o "$out/gups" "$here/gups.c"
 "$cc" "${flags[@]}" -o "$out/gather" "$here/gather.c"
 "$cc" "${flags[@]}" -o "$out/triad" "$here/triad.c"
+for app in reuse_loops attribution hotcold rowcol ptrchase; do
+    "$cc" "${flags[@]}" -o "$out/$app" "$here/$app.c"
+done
 # AVX-512 demo: built where the compiler supports it; runs only on AVX-512 CPUs (ptrace backend).
 if echo 'int main(void){return 0;}' | "$cc" -mavx512f -x c -o /dev/null - 2>/dev/null; then
     "$cc" "${flags[@]}" -mavx512f -static -o "$out/gather512" "$here/gather512.c"

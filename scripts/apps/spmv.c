@@ -2,6 +2,9 @@
  * `x[col[j]]` is the irregular access mgbench should find.
  *
  * usage: spmv [--rows=N] [--nnz=K] [--iters=I] [--seed=S] [--threads=T] [--truth=FILE]
+ *             [--sorted=1]
+ *   --sorted=1 sorts each row's column indices (the usual CSR layout; a reordering study's
+ *   "after"), else they stay in the random order drawn.
  *   --truth writes the column array (one index per line), in program order of one sweep.
  *   With T > 1, rows are split among T pthreads (thread t gets a contiguous block).
  *   The output line ends with x=ADDRESS, the base of the gathered vector.
@@ -45,6 +48,7 @@ int main(int argc, char **argv) {
     threads = (int)arg_ll(argc, argv, "--threads", 1);
     uint64_t seed = (uint64_t)arg_ll(argc, argv, "--seed", 1);
     const char *truth = arg_str(argc, argv, "--truth");
+    int sorted = (int)arg_ll(argc, argv, "--sorted", 0);
     if (rows < 1 || nnz < 1 || iters < 1 || threads < 1) {
         fprintf(stderr, "spmv: rows, nnz, iters and threads must be >= 1\n");
         return 2;
@@ -57,6 +61,17 @@ int main(int argc, char **argv) {
         col[j] = (uint32_t)(splitmix64(&seed) % (uint64_t)rows);
         val[j] = 1.0 / (double)(1 + j % 7);
     }
+    if (sorted)
+        for (long r = 0; r < rows; r++) {
+            /* Insertion sort of the row's nnz columns (nnz is small). */
+            uint32_t *c = col + r * nnz;
+            for (long a = 1; a < nnz; a++)
+                for (long b = a; b > 0 && c[b - 1] > c[b]; b--) {
+                    uint32_t t = c[b];
+                    c[b] = c[b - 1];
+                    c[b - 1] = t;
+                }
+        }
     for (long i = 0; i < rows; i++) x[i] = (double)(i % 13);
     if (truth) write_truth(truth, col, (size_t)(rows * nnz));
     if (threads == 1) {

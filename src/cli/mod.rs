@@ -6,6 +6,7 @@ mod capture;
 mod progress;
 mod replay;
 mod report;
+mod reuse;
 mod synth;
 
 use anyhow::Result;
@@ -49,6 +50,9 @@ enum Command {
     Stream(replay::StreamArgs),
     /// Turn results, pattern files and analyses into one self-contained HTML page of figures.
     Report(report::ReportArgs),
+    /// Featherlight reuse distance (RDX): sampled use/reuse pairs and their time and stack
+    /// distance histograms, over a full trace (--rdx TRACE).
+    Reuse(Box<reuse::ReuseArgs>),
     /// Compare machines: per pattern, bandwidth, ratio to a baseline, % of STREAM, and what
     /// STREAM alone would predict.
     Compare(report::CompareArgs),
@@ -71,6 +75,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Stream(args) => replay::stream(args).map(|()| 0),
         Command::Report(args) => report::report(args),
         Command::Compare(args) => report::compare(args),
+        Command::Reuse(args) => reuse::run(*args),
     }
 }
 

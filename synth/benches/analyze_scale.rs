@@ -9,6 +9,10 @@
 //! end to end (decode, scores, both reuse curves, footprints, no Apex fit) R times (default
 //! 3) and prints each run, the median, and the process's peak memory.
 //!
+//! With `--rdx` it times trace-driven RDX instead (`mgbench reuse --rdx TRACE --no-exact`,
+//! issue #14 target: >= 50 M accesses/s), next to decoding alone measured in the same run
+//! (RDX's O(1) work per access: decoding bounds it).
+//!
 //! Kinds: `random` is the worst case, uniformly random 8-byte words over 2^22 words (32 MiB,
 //! every reuse a cache miss); `mix` is shaped like a solver: 40% unit-stride sweeps over
 //! 256 MiB, 30% random gathers over a 2^22-word table, 20% a hot set of 512 words (a stack),
@@ -181,6 +185,10 @@ fn main() {
             t.elapsed().as_secs_f64()
         );
     }
+    if args.iter().any(|a| a == "--rdx") {
+        rdx(&path, n, threads, reps, kind);
+        return;
+    }
     let cfg = AnalyzeConfig {
         apex: false,
         threads,
@@ -208,6 +216,56 @@ fn main() {
         "analyze, {} trace of {n} accesses, {threads} thread(s): median {:.1} M accesses/s of {reps} (target >= 10); peak memory {:.0} MiB; load {}",
         if kind == Kind::Random { "random" } else { "mix" },
         rates[rates.len() / 2],
+        peak_rss_mib().unwrap_or(f64::NAN),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+}
+
+/// Trace-driven RDX without the exact pass, and decoding alone, alternated.
+fn rdx(path: &std::path::Path, n: u64, threads: usize, reps: usize, kind: Kind) {
+    use mgbench_capture::trace::{parallel::for_each_frame, Frame, TraceReader};
+    use mgbench_synth::rdx::{reuse, ReuseConfig};
+    let cfg = ReuseConfig {
+        exact: false,
+        threads,
+        ..ReuseConfig::default()
+    };
+    let (mut rdx_rates, mut decode_rates) = (Vec::new(), Vec::new());
+    for rep in 0..reps {
+        let t = Instant::now();
+        let mut seen = 0u64;
+        let reader =
+            TraceReader::open(std::fs::File::open(path).expect("open trace")).expect("read trace");
+        for_each_frame(reader, threads, |f| {
+            if let Frame::Chunk(c) = f {
+                seen += c.accesses.len() as u64;
+            }
+        })
+        .expect("decode");
+        assert_eq!(seen, n);
+        let decode = n as f64 / t.elapsed().as_secs_f64() / 1e6;
+        let t = Instant::now();
+        let r = reuse(path, &cfg).expect("reuse");
+        let s = t.elapsed().as_secs_f64();
+        assert_eq!(r.accesses, n);
+        let rate = n as f64 / s / 1e6;
+        println!(
+            "run {}: decode {decode:.1} M accesses/s; RDX {s:.2} s -> {rate:.1} M accesses/s ({} word samples, {} traps)",
+            rep + 1,
+            r.words.samples,
+            r.words.traps
+        );
+        rdx_rates.push(rate);
+        decode_rates.push(decode);
+    }
+    rdx_rates.sort_by(f64::total_cmp);
+    decode_rates.sort_by(f64::total_cmp);
+    let (r, d) = (rdx_rates[reps / 2], decode_rates[reps / 2]);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "RDX (reuse --rdx --no-exact, words and lines), {} trace of {n} accesses, {threads} thread(s): median {r:.1} M accesses/s of {reps} (target >= 50), {:.2} of decoding alone ({d:.1} M/s); peak memory {:.0} MiB; load {}",
+        if kind == Kind::Random { "random" } else { "mix" },
+        r / d,
         peak_rss_mib().unwrap_or(f64::NAN),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );

@@ -22,6 +22,7 @@ pub mod apex;
 pub mod config;
 mod fasthash;
 pub mod locality;
+pub mod rdx;
 pub mod record;
 pub mod window;
 

@@ -8,4 +8,5 @@ mod inputs;
 mod mpi;
 mod replay;
 mod report;
+mod reuse;
 mod synth;

@@ -8,6 +8,7 @@ pub mod machine;
 pub mod machines;
 pub mod mpi;
 pub mod pattern;
+pub mod rdx;
 
 use crate::svg::Svg;
 

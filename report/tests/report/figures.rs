@@ -47,6 +47,11 @@ fn every_figure_family_is_drawn() {
     has("strides-", 1);
     has("footprint-", 1);
     has("apex-", 1);
+    // RDX: time and stack histograms, in words and in lines, each against exact.
+    has("rdx-time-words-", 1);
+    has("rdx-time-lines-", 1);
+    has("rdx-stack-words-", 1);
+    has("rdx-stack-lines-", 1);
     assert!(r.figures.iter().all(|f| f.marks > 0), "{:?}", r.figures);
 }
 

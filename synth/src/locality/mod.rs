@@ -25,6 +25,7 @@
 //!   at most one block) and by irregular ones. Totals over the execution are estimated by
 //!   scaling the recorded accesses by the sample ratio rho.
 
+pub mod rdx;
 pub mod reuse;
 
 use std::collections::HashMap;

@@ -1,0 +1,210 @@
+//! Reuse distance by RDX (from `mgbench reuse -o` output): per granularity (words, lines),
+//! the time-distance histogram and the converted stack-distance histogram in RDX's 20 log2
+//! bins, RDX's estimate next to the exact histograms (and the model applied to the exact
+//! times) when the run had them.
+
+use mgbench_synth::rdx::{Bin, GranularityReport, ReuseReport};
+
+use super::{num, Figure, Ids, Section, Table};
+use crate::svg::{color, Axis, Dash, Plot, Scale};
+
+/// One section per RDX report.
+pub fn sections(reports: &[(String, ReuseReport)], ids: &mut Ids) -> Vec<Section> {
+    reports
+        .iter()
+        .map(|(src, r)| {
+            let name = r.program.as_deref().unwrap_or(src);
+            let mut figures = Vec::new();
+            for g in [&r.words, &r.lines] {
+                figures.push(histogram(g, false, src, ids));
+                figures.push(histogram(g, true, src, ids));
+            }
+            let mut intro = format!(
+                "RDX over {} ({} accesses, {} thread(s)): one sample every {} accesses (jitter {}), {} watchpoint(s), attribution {:?}, seed {}.",
+                r.trace,
+                r.accesses,
+                r.threads,
+                r.config.period,
+                r.config.jitter,
+                r.config.watchpoints,
+                r.config.attribution,
+                r.config.seed
+            );
+            for g in [&r.words, &r.lines] {
+                let unit = g.granularity.unit();
+                intro.push_str(&format!(
+                    " {unit}: {} samples, {} traps, {:.0} distinct estimated",
+                    g.samples, g.traps, g.distinct_estimate
+                ));
+                if let Some(n) = g.distinct_exact {
+                    intro.push_str(&format!(" ({n} exact)"));
+                }
+                match &g.accuracy_rdx_bins {
+                    Some(a) => intro.push_str(&format!(
+                        "; accuracy S time {:.3}, stack {:.3} (S^ {:.3}), model alone {:.3}.",
+                        a.time.s, a.stack.s, a.stack.s_hat, a.conversion.s
+                    )),
+                    None => intro.push_str("; no exact histograms (run without --no-exact)."),
+                }
+            }
+            for n in &r.notes {
+                intro.push_str(&format!(" Note: {n}."));
+            }
+            Section {
+                id: ids.make(&format!("rdx-{src}")),
+                title: format!("Reuse distance (RDX) of {name}"),
+                intro,
+                figures,
+                tables: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+/// Bins up to the last one holding anything (the rest are empty).
+fn shown(bins: &[Bin]) -> &[Bin] {
+    let last = bins
+        .iter()
+        .rposition(|b| {
+            [
+                Some(b.time),
+                Some(b.stack),
+                b.exact_time,
+                b.exact_stack,
+                b.converted_exact_time,
+            ]
+            .iter()
+            .any(|v| v.is_some_and(|x| x > 0.0))
+        })
+        .unwrap_or(0);
+    &bins[..=last]
+}
+
+fn histogram(g: &GranularityReport, stack: bool, base: &str, ids: &mut Ids) -> Figure {
+    let unit = g.granularity.unit();
+    let what = if stack { "stack" } else { "time" };
+    let id = ids.make(&format!("rdx-{what}-{unit}-{base}"));
+    let bins = shown(&g.rdx_bins);
+    // Series: RDX's estimate, the exact histogram, and for stack distances the model applied
+    // to the exact times.
+    let mut series: Vec<(&str, Vec<f64>)> = vec![(
+        "RDX",
+        bins.iter()
+            .map(|b| if stack { b.stack } else { b.time })
+            .collect(),
+    )];
+    if bins.iter().all(|b| b.exact_time.is_some()) {
+        series.push((
+            "exact",
+            bins.iter()
+                .map(|b| {
+                    if stack {
+                        b.exact_stack.unwrap_or(0.0)
+                    } else {
+                        b.exact_time.unwrap_or(0.0)
+                    }
+                })
+                .collect(),
+        ));
+        if stack {
+            series.push((
+                "model on exact times",
+                bins.iter()
+                    .map(|b| b.converted_exact_time.unwrap_or(0.0))
+                    .collect(),
+            ));
+        }
+    }
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.1.iter().copied())
+        .fold(0.0, f64::max)
+        .max(1e-9);
+    let labels: Vec<String> = bins.iter().map(|b| b.label.clone()).collect();
+    let mut p = Plot::new(
+        &id,
+        720.0,
+        300.0,
+        64.0,
+        Axis::new(
+            Scale::Linear {
+                min: -0.6,
+                max: bins.len() as f64 - 0.4,
+            },
+            &format!(
+                "{} distance ({unit}{})",
+                what,
+                if stack {
+                    ": distinct locations in between"
+                } else {
+                    ": accesses from use to reuse"
+                }
+            ),
+        ),
+        Axis::new(
+            Scale::Linear {
+                min: 0.0,
+                max: ymax * 1.08,
+            },
+            "fraction of reuses",
+        ),
+    );
+    p.x_labels(
+        labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (i as f64, l.clone()))
+            .collect(),
+    );
+    let n = series.len() as f64;
+    let w = 0.8 / n;
+    let mut cols = vec!["bin".to_string()];
+    cols.extend(series.iter().map(|s| s.0.replace(' ', "_")));
+    let mut t = Table::new(&cols.iter().map(String::as_str).collect::<Vec<_>>());
+    for (i, b) in bins.iter().enumerate() {
+        let x = i as f64;
+        let mut row = vec![b.label.clone()];
+        for (k, (name, vals)) in series.iter().enumerate() {
+            let x0 = x - 0.4 + w * k as f64;
+            p.rect(
+                x0,
+                0.0,
+                x0 + w,
+                vals[i],
+                color(k),
+                &format!("{name}, {what} distance {}: {:.4}", b.label, vals[i]),
+            );
+            row.push(num(vals[i]));
+        }
+        t.push(row);
+    }
+    for (k, (name, _)) in series.iter().enumerate() {
+        p.legend(name, color(k), Dash::Solid, true);
+    }
+    let title = format!(
+        "RDX {} distances in {unit}{}",
+        what,
+        if series.len() > 1 {
+            ", against exact"
+        } else {
+            ""
+        }
+    );
+    let caption = if stack {
+        format!(
+            "Reuse (stack) distance in {unit}, in RDX's log2 bins: RDX's sampled time distances converted by the model, the exact (Olken) histogram of the same trace, and the model applied to the exact time distances (what conversion alone costs). Fractions of reuses."
+        )
+    } else {
+        format!(
+            "Time distance (accesses from a use to its reuse) of the sampled {unit}, in RDX's log2 bins, weighted as RDX attributes them, against every reuse's time distance in the trace. Fractions of reuses."
+        )
+    };
+    Figure {
+        id,
+        title,
+        caption,
+        svg: p.finish(),
+        table: t,
+        notes: Vec::new(),
+    }
+}

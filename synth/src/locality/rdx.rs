@@ -1,0 +1,1085 @@
+//! Featherlight reuse distance (RDX, Wang, Liu and Chabbi): reuse-distance histograms from
+//! sampled use-reuse pairs instead of a full trace, and the conversion of reuse *times* into
+//! reuse (stack) *distances*.
+//!
+//! **Sampling** ([`Sampler`], one per thread). Every `period` accesses (with jitter) the access
+//! being made is a *use*: its location is watched, as a hardware debug register would watch
+//! it (x86: 1, 2, 4 or 8 bytes, aligned; a 64-byte line can only be watched in a simulation).
+//! The next access that touches the watched bytes is the *reuse*: its time distance is the
+//! number of accesses from the use to the reuse. At most `watchpoints` (x86: 4) locations are
+//! watched at once. An empty register takes a new sample; with all busy, the registers are
+//! visited in random order and register k takes the sample with probability `1/n_k`, `n_k`
+//! being the samples taken since k was last empty or trapped, so each register holds a
+//! uniformly random one of them (a reservoir); a trap empties the register and resets `n_k`.
+//! **Proportional attribution** (Wen et al.): a trap counts as many reuses as samples were
+//! taken at the use's instruction since the register was armed, standing in for the samples
+//! the full registers could not watch. "Armed" is when the register last went from empty to
+//! watching: a replacement keeps the register's reservoir interval, whose samples the held
+//! one represents (counting only from the replacement would lose the displaced samples; with
+//! one register and one instruction the weights then add up to the samples exactly, tested).
+//! A register still armed at the end saw no reuse.
+//!
+//! **Time to stack distance** ([`convert`]). With `Pt(d)` the fraction of uses whose reuse
+//! comes `d` accesses later (no reuse: `d = infinity`), a random window of `D` consecutive
+//! accesses holds on average `W(D) = sum_{d <= D} Pt(d) d + D sum_{d > D} Pt(d)` distinct
+//! locations: location x is missing from a window exactly when the window fits inside one of
+//! x's gaps, a gap of length d holds `d - D` such windows, and the gaps of every location
+//! together tile the run once per location. A reuse with time distance `D` spans a window of
+//! `D` accesses that starts with the reused location itself, so its reuse distance is
+//! `k ~ W(D) - 1` other locations; each of the `N - 1` others is taken to appear
+//! independently with probability `p(D) = (W(D) - 1) / (N - 1)`, so
+//! `k ~ Binomial(N - 1, p(D))` (normal approximation for large N: mean `(N-1)p`, variance
+//! `(N-1)p(1-p)`, evaluated at k with continuity correction). This is Shen et al.'s model
+//! (POPL'07); their form `[sum_{d=2..D} Pt(d)(d-1) + sum_{d>D} Pt(d) D] / (N-1)` differs by
+//! `1 - sum_{d <= D} Pt(d)` in the numerator, which matters only for short times: ours gives
+//! exactly 0 for `D = 1` and `N - 1` for a cyclic scan of N locations (both tested). N, the
+//! distinct locations, comes from the uses that saw no reuse (each location has exactly one
+//! last use): `N ~ Pt(infinity) x T`.
+//!
+//! **Accuracy** ([`accuracy`]): `S = 1 - sum_i |B_i - B^_i| / 2` over histograms of fractions
+//! (RDX's Eq. 1); `S^` is the same over averages of adjacent bins (Eq. 2), which forgives a
+//! reuse counted one bin off.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::apex::Rng;
+use crate::fasthash;
+
+/// Sub-bins per octave of the fine time histogram.
+const SUB: u32 = 8;
+/// Octaves of the fine histogram (distances up to 2^48).
+const OCTAVES: u32 = 48;
+
+/// What a watchpoint covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Granularity {
+    /// The aligned 8-byte word of the sampled access (one x86 debug register, length 8).
+    Word,
+    /// The aligned 64-byte line (a simulation: x86 debug registers watch at most 8 bytes).
+    Line,
+}
+
+impl Granularity {
+    pub fn bytes(self) -> u64 {
+        match self {
+            Granularity::Word => 8,
+            Granularity::Line => 64,
+        }
+    }
+
+    pub fn unit(self) -> &'static str {
+        match self {
+            Granularity::Word => "words",
+            Granularity::Line => "lines",
+        }
+    }
+}
+
+/// What a trap stands for (proportional attribution).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Attribution {
+    /// The samples taken at the use's instruction since the register last went from empty
+    /// to watching (replacements keep the interval): RDX's proportional attribution.
+    IpInterval,
+    /// The samples taken at the use's instruction since the register was last (re)armed,
+    /// replacements included: the displaced samples are lost.
+    IpArmed,
+    /// Every sample taken since the register went from empty to watching, whatever its
+    /// instruction (the plain reservoir weight).
+    All,
+    /// 1: no attribution.
+    One,
+    /// Horvitz-Thompson: a trap counts 1 / (the probability that its sample was chosen by
+    /// the reservoir and survived every later replacement until its reuse), computed along
+    /// the way from the registers' counts. Unbiased whatever the reuse times and phases:
+    /// the default.
+    Ht,
+}
+
+/// How RDX samples.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RdxConfig {
+    /// Accesses between samples on average (RDX used 500K..10M loads and stores).
+    pub period: u64,
+    /// Each gap is drawn uniformly from `period x [1 - jitter, 1 + jitter]`.
+    pub jitter: f64,
+    /// Locations watched at once (x86: 4 debug registers).
+    pub watchpoints: usize,
+    pub granularity: Granularity,
+    pub seed: u64,
+    #[serde(default = "default_attribution")]
+    pub attribution: Attribution,
+}
+
+fn default_attribution() -> Attribution {
+    Attribution::Ht
+}
+
+impl Default for RdxConfig {
+    fn default() -> Self {
+        RdxConfig {
+            period: 1 << 16,
+            jitter: 0.5,
+            watchpoints: 4,
+            granularity: Granularity::Word,
+            seed: 1,
+            attribution: Attribution::Ht,
+        }
+    }
+}
+
+impl RdxConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.period == 0 {
+            return Err("--period must be at least 1".into());
+        }
+        if !(0.0..1.0).contains(&self.jitter) {
+            return Err(format!(
+                "--jitter {}: give a fraction in [0, 1) (0.5: gaps of 0.5 to 1.5 periods)",
+                self.jitter
+            ));
+        }
+        if self.watchpoints == 0 || self.watchpoints > 64 {
+            return Err(format!(
+                "--watchpoints {}: give 1 to 64 (x86 CPUs have 4 debug registers)",
+                self.watchpoints
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A fine histogram of positive distances: `SUB` bins per octave, each with its weight and
+/// the weighted sum of its distances (so the conversion uses each bin's mean), plus the
+/// weight at distance "infinite" (no reuse) and, for stack distances, at 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Histogram {
+    pub weights: Vec<f64>,
+    pub sums: Vec<f64>,
+    pub zero: f64,
+    pub infinite: f64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            weights: vec![0.0; (SUB * OCTAVES) as usize],
+            sums: vec![0.0; (SUB * OCTAVES) as usize],
+            zero: 0.0,
+            infinite: 0.0,
+        }
+    }
+}
+
+/// Fine bin of a distance >= 1.
+#[inline]
+fn fine_bin(d: u64) -> usize {
+    let o = 63 - d.leading_zeros(); // d in [2^o, 2^(o+1))
+    let frac = if o >= SUB.trailing_zeros() {
+        ((d >> (o - SUB.trailing_zeros())) as u32) & (SUB - 1)
+    } else {
+        ((d << (SUB.trailing_zeros() - o)) as u32) & (SUB - 1)
+    };
+    ((o * SUB + frac) as usize).min((SUB * OCTAVES) as usize - 1)
+}
+
+/// The smallest distance of fine bin `b`.
+fn fine_lower(b: usize) -> f64 {
+    let o = b as u32 / SUB;
+    let f = b as u32 % SUB;
+    2f64.powi(o as i32) * (1.0 + f as f64 / SUB as f64)
+}
+
+impl Histogram {
+    /// Adds `w` at distance `d` (None: no reuse).
+    #[inline]
+    pub fn add(&mut self, d: Option<u64>, w: f64) {
+        match d {
+            None => self.infinite += w,
+            Some(0) => self.zero += w,
+            Some(d) => {
+                let b = fine_bin(d);
+                self.weights[b] += w;
+                self.sums[b] += w * d as f64;
+            }
+        }
+    }
+
+    pub fn merge(&mut self, o: &Histogram) {
+        for (a, b) in self.weights.iter_mut().zip(&o.weights) {
+            *a += b;
+        }
+        for (a, b) in self.sums.iter_mut().zip(&o.sums) {
+            *a += b;
+        }
+        self.zero += o.zero;
+        self.infinite += o.infinite;
+    }
+
+    /// Weight of the finite distances (0 included).
+    pub fn finite(&self) -> f64 {
+        self.zero + self.weights.iter().sum::<f64>()
+    }
+
+    /// (mean distance, weight) of every non-empty positive bin, in order.
+    fn points(&self) -> Vec<(f64, f64)> {
+        self.weights
+            .iter()
+            .zip(&self.sums)
+            .filter(|(w, _)| **w > 0.0)
+            .map(|(w, s)| (s / w, *w))
+            .collect()
+    }
+
+    /// Fractions of the finite distances falling in `bins` (each `[lo, hi)`, hi may be
+    /// infinite). A fine bin straddling a boundary is split in proportion to its log range.
+    pub fn fractions(&self, bins: &[(f64, f64)]) -> Vec<f64> {
+        let total = self.finite();
+        let mut out = vec![0.0; bins.len()];
+        if total <= 0.0 {
+            return out;
+        }
+        for (i, &(lo, hi)) in bins.iter().enumerate() {
+            if lo <= 0.0 && hi > 0.0 {
+                out[i] += self.zero;
+            }
+        }
+        for (b, &w) in self.weights.iter().enumerate() {
+            if w <= 0.0 {
+                continue;
+            }
+            let (a, z) = (fine_lower(b), fine_lower(b + 1));
+            for (i, &(lo, hi)) in bins.iter().enumerate() {
+                let (l, h) = (a.max(lo), z.min(hi));
+                if h > l {
+                    out[i] += w * (h.ln() - l.ln()) / (z.ln() - a.ln());
+                }
+            }
+        }
+        out.iter().map(|x| x / total).collect()
+    }
+}
+
+/// RDX's 20 bins of a histogram: [0, 4K), [4K, 8K), ..., [512M, 1G), [1G, infinity).
+pub fn rdx_bins() -> Vec<(f64, f64)> {
+    let mut v = vec![(0.0, 4096.0)];
+    let mut lo = 4096.0;
+    while lo < (1u64 << 30) as f64 {
+        v.push((lo, lo * 2.0));
+        lo *= 2.0;
+    }
+    v.push((lo, f64::INFINITY));
+    v
+}
+
+/// mgbench's bins: 0, then [1, 2), [2, 4), ..., [2^31, infinity).
+pub fn fine_bins() -> Vec<(f64, f64)> {
+    let mut v = vec![(0.0, 1.0)];
+    for k in 0..31 {
+        v.push(((1u64 << k) as f64, (1u64 << (k + 1)) as f64));
+    }
+    v.push(((1u64 << 31) as f64, f64::INFINITY));
+    v
+}
+
+/// Label of a bin, "4K-8K", "1G+".
+pub fn bin_label(lo: f64, hi: f64) -> String {
+    let f = |v: f64| {
+        let v = v as u64;
+        if v >= 1 << 30 && v % (1 << 30) == 0 {
+            format!("{}G", v >> 30)
+        } else if v >= 1 << 20 && v % (1 << 20) == 0 {
+            format!("{}M", v >> 20)
+        } else if v >= 1 << 10 && v % (1 << 10) == 0 {
+            format!("{}K", v >> 10)
+        } else {
+            v.to_string()
+        }
+    };
+    if hi.is_infinite() {
+        format!("{}+", f(lo))
+    } else if lo == 0.0 && hi == 1.0 {
+        "0".into()
+    } else {
+        format!("{}-{}", f(lo), f(hi))
+    }
+}
+
+/// RDX's accuracy of `est` against `exact` (both fractions over the same bins): S, and S^
+/// over the averages of adjacent bins.
+pub fn accuracy(exact: &[f64], est: &[f64]) -> (f64, f64) {
+    let s = 1.0
+        - exact
+            .iter()
+            .zip(est)
+            .map(|(a, b)| (a - b).abs())
+            .sum::<f64>()
+            / 2.0;
+    let avg = |v: &[f64]| -> Vec<f64> { v.windows(2).map(|w| (w[0] + w[1]) / 2.0).collect() };
+    let (a, b) = (avg(exact), avg(est));
+    let s_hat = 1.0 - a.iter().zip(&b).map(|(x, y)| (x - y).abs()).sum::<f64>() / 2.0;
+    (s, s_hat)
+}
+
+/// The standard normal distribution function (Abramowitz and Stegun 7.1.26 for erf; |error|
+/// below 1.5e-7).
+fn phi(x: f64) -> f64 {
+    let z = x.abs() / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.3275911 * z);
+    let poly = t
+        * (0.254829592
+            + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    let erf = 1.0 - poly * (-z * z).exp();
+    if x >= 0.0 {
+        0.5 * (1.0 + erf)
+    } else {
+        0.5 * (1.0 - erf)
+    }
+}
+
+/// P(k in [lo, hi)) for k ~ Binomial(n, p): exact for small n, else the normal approximation
+/// at k with continuity correction (the standard deviation, not the variance, is the scale).
+fn binomial_mass(n: f64, p: f64, lo: f64, hi: f64) -> f64 {
+    let p = p.clamp(0.0, 1.0);
+    let mean = n * p;
+    let var = n * p * (1.0 - p);
+    if n < 64.0 {
+        // Exact pmf by the recurrence over k = 0..=n.
+        let n_i = n.round().max(0.0) as u64;
+        let mut pmf = (1.0 - p).powi(n_i as i32);
+        let mut total = 0.0;
+        for k in 0..=n_i {
+            if (k as f64) >= lo && (k as f64) < hi {
+                total += pmf;
+            }
+            if p >= 1.0 {
+                // pmf is 0 until k = n.
+                pmf = if k + 1 == n_i { 1.0 } else { 0.0 };
+            } else {
+                pmf *= (n_i - k) as f64 / (k + 1) as f64 * p / (1.0 - p);
+            }
+        }
+        return total;
+    }
+    if var < 1e-6 {
+        return if mean.round() >= lo && mean.round() < hi {
+            1.0
+        } else {
+            0.0
+        };
+    }
+    let sd = var.sqrt();
+    // k cannot be negative: the approximation's mass below 0 belongs to k = 0 (the lowest
+    // bin starts at 0), so no reuse is lost.
+    let cdf = |x: f64| {
+        if x <= 0.0 {
+            0.0
+        } else if x.is_infinite() {
+            1.0
+        } else {
+            phi((x - 0.5 - mean) / sd)
+        }
+    };
+    (cdf(hi) - cdf(lo)).max(0.0)
+}
+
+/// Converts a histogram of reuse times (weights of uses; `infinite`: uses with no reuse) into
+/// one of reuse (stack) distances over `bins`, as fractions of the finite reuses; `n` is the
+/// number of distinct locations (see the module docs), raised to `W(D_max)` where it is
+/// smaller than the longest window can hold. Returns the fractions.
+pub fn convert(time: &Histogram, n: f64, bins: &[(f64, f64)]) -> Vec<f64> {
+    let pts = time.points();
+    let finite: f64 = time.zero + pts.iter().map(|p| p.1).sum::<f64>();
+    let all = finite + time.infinite;
+    let mut out = vec![0.0; bins.len()];
+    if finite <= 0.0 || all <= 0.0 {
+        return out;
+    }
+    // The window of the longest reuse time already holds W(D_max) distinct locations on
+    // average, so N is at least W(D_max) whatever the estimate says (an estimate from
+    // sampled uses without reuse can fall short; a smaller N would squeeze every long
+    // distance below its true bin).
+    let window_max = {
+        let (mut bd, mut bw) = (0.0, time.zero / all);
+        let mut last = 0.0;
+        for (d, w) in pts.iter().copied() {
+            bd += w / all * d;
+            bw += w / all;
+            last = bd + d * (1.0 - bw).max(0.0);
+        }
+        last
+    };
+    let n = n.max(window_max).max(2.0);
+    // Prefix sums over bins in increasing mean distance: sum Pt(d) d and sum Pt(d).
+    let mut below_d = 0.0; // sum_{d <= D} Pt(d) d
+    let mut below_w = time.zero / all; // sum_{d <= D} Pt(d)
+    for (d, w) in pts.iter().copied() {
+        let pt = w / all;
+        below_d += pt * d;
+        below_w += pt;
+        let above = (1.0 - below_w).max(0.0);
+        let window = below_d + d * above;
+        let p = ((window - 1.0) / (n - 1.0)).clamp(0.0, 1.0);
+        for (i, &(lo, hi)) in bins.iter().enumerate() {
+            out[i] += (w / finite) * binomial_mass(n - 1.0, p, lo, hi);
+        }
+    }
+    // Time distance 0 cannot happen (a use is not its own reuse); kept for safety: k = 0.
+    if time.zero > 0.0 {
+        for (i, &(lo, hi)) in bins.iter().enumerate() {
+            if lo <= 0.0 && hi > 0.0 {
+                out[i] += time.zero / finite;
+            }
+        }
+    }
+    out
+}
+
+/// The number of distinct locations estimated from the uses that saw no reuse: every
+/// location has exactly one last use, so `N ~ T x Pt(infinity)`.
+pub fn estimate_distinct(time: &Histogram, accesses: u64) -> f64 {
+    let all = time.finite() + time.infinite;
+    if all <= 0.0 {
+        return 1.0;
+    }
+    (accesses as f64 * time.infinite / all).max(1.0)
+}
+
+/// A use being watched.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    /// Watched bytes [lo, hi).
+    lo: u64,
+    hi: u64,
+    use_time: u64,
+    use_ip: u64,
+    /// Number of the first sample since the register was last empty: the register's
+    /// reservoir holds one of the samples from there on, and its trap stands for those taken
+    /// at the use's instruction.
+    interval_start: u64,
+    /// Number of this (replacing) sample.
+    armed_at: u64,
+    /// Probability that this sample was chosen and has survived so far (Horvitz-Thompson).
+    pi: f64,
+}
+
+/// For busy registers with `n[k]` samples in their reservoir intervals (this one included):
+/// the probability that a new sample ends in register k when the registers are visited in a
+/// uniformly random order and k accepts with 1 / n_k. Over random orders, the registers
+/// visited before k are a random subset of the others, of uniform size s (0..W-1) and
+/// uniform given s, so the chance they all declined is the average over s of the elementary
+/// symmetric polynomial of degree s of their (1 - 1/n_i), divided by C(W-1, s).
+fn take_probabilities(n: &[u64]) -> Vec<f64> {
+    let w = n.len();
+    let a: Vec<f64> = n.iter().map(|&x| 1.0 / x.max(1) as f64).collect();
+    (0..w)
+        .map(|k| {
+            // e[s]: elementary symmetric polynomials of (1 - a_i), i != k.
+            let mut e = vec![0.0; w];
+            e[0] = 1.0;
+            let mut m = 0;
+            for (i, &ai) in a.iter().enumerate() {
+                if i == k {
+                    continue;
+                }
+                m += 1;
+                for s in (1..=m).rev() {
+                    e[s] += e[s - 1] * (1.0 - ai);
+                }
+            }
+            let mut declined = 0.0;
+            let mut binom = 1.0; // C(w-1, s)
+            for (s, es) in e.iter().enumerate().take(w) {
+                declined += es / binom;
+                binom = binom * (w - 1 - s) as f64 / (s + 1) as f64;
+            }
+            a[k] * declined / w as f64
+        })
+        .collect()
+}
+
+/// One reuse observed (or not) for one watched use.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pair {
+    pub use_ip: u64,
+    /// None: no reuse before the end.
+    pub reuse_ip: Option<u64>,
+    pub time: Option<u64>,
+    /// Reuses this pair stands for (proportional attribution).
+    pub weight: f64,
+}
+
+/// RDX's sampler for one thread. Feed every access with [`Sampler::access`].
+pub struct Sampler {
+    cfg: RdxConfig,
+    rng: Rng,
+    counter: u64,
+    next_sample: u64,
+    slots: Vec<Option<Slot>>,
+    /// Samples since each slot was last empty or trapped.
+    since: Vec<u64>,
+    /// The numbers of the samples taken at each instruction, in order.
+    samples_at: HashMap<u64, Vec<u64>, fasthash::Build>,
+    order: Vec<usize>,
+    pub samples: u64,
+    pub dropped: u64,
+    pub traps: u64,
+}
+
+impl Sampler {
+    pub fn new(cfg: RdxConfig, seed: u64) -> Sampler {
+        let mut rng = Rng::new(seed);
+        let first = Self::gap(&cfg, &mut rng);
+        Sampler {
+            slots: vec![None; cfg.watchpoints],
+            since: vec![0; cfg.watchpoints],
+            order: (0..cfg.watchpoints).collect(),
+            cfg,
+            rng,
+            counter: 0,
+            next_sample: first,
+            samples_at: HashMap::default(),
+            samples: 0,
+            dropped: 0,
+            traps: 0,
+        }
+    }
+
+    fn gap(cfg: &RdxConfig, rng: &mut Rng) -> u64 {
+        let p = cfg.period as f64;
+        let lo = p * (1.0 - cfg.jitter);
+        let g = lo + (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 * p * cfg.jitter;
+        (g.round() as u64).max(1)
+    }
+
+    /// Accesses seen so far.
+    pub fn accesses(&self) -> u64 {
+        self.counter
+    }
+
+    /// One access; `on_pair` gets each trap.
+    #[inline]
+    pub fn access(&mut self, ip: u64, addr: u64, size: u8, on_pair: &mut impl FnMut(Pair)) {
+        let end = addr.wrapping_add(u64::from(size.max(1)));
+        for k in 0..self.slots.len() {
+            if let Some(s) = self.slots[k] {
+                if addr < s.hi && end > s.lo {
+                    // A trap: the time distance, attributed to the samples taken at the use's
+                    // instruction since the register was armed.
+                    let weight = self.attributed(&s);
+                    on_pair(Pair {
+                        use_ip: s.use_ip,
+                        reuse_ip: Some(ip),
+                        time: Some(self.counter - s.use_time),
+                        weight,
+                    });
+                    self.slots[k] = None;
+                    self.since[k] = 0;
+                    self.traps += 1;
+                }
+            }
+        }
+        let now = self.counter;
+        self.counter += 1;
+        if now == self.next_sample {
+            self.sample(ip, addr, now);
+            self.next_sample = now + Self::gap(&self.cfg, &mut self.rng);
+        }
+    }
+
+    /// A run of accesses (one thread's, in order): the same as [`Sampler::access`] on each,
+    /// with the watched ranges in a flat list scanned per access and the samples' positions
+    /// jumped to, so the common access (no trap, no sample) costs a few compares.
+    pub fn access_all(
+        &mut self,
+        accesses: &[mgbench_capture::trace::Access],
+        on_pair: &mut impl FnMut(Pair),
+    ) {
+        let mut watch: Vec<(u64, u64)> = Vec::with_capacity(self.slots.len());
+        let refresh = |slots: &[Option<Slot>], watch: &mut Vec<(u64, u64)>| {
+            watch.clear();
+            watch.extend(slots.iter().flatten().map(|s| (s.lo, s.hi)));
+        };
+        refresh(&self.slots, &mut watch);
+        let mut i = 0;
+        while i < accesses.len() {
+            // Accesses up to and including the next sample (or the run's end).
+            let to_sample = self.next_sample - self.counter;
+            let stop = (i as u64 + to_sample).min(accesses.len() as u64 - 1) as usize;
+            let mut j = i;
+            if watch.is_empty() {
+                j = stop;
+            } else if watch.len() <= 4 {
+                // Up to 4 registers (x86's count): branch-free compares over a fixed
+                // width, empty lanes never match.
+                let (mut lo, mut hi) = ([u64::MAX; 4], [0u64; 4]);
+                for (k, &(l, h)) in watch.iter().enumerate() {
+                    (lo[k], hi[k]) = (l, h);
+                }
+                while j < stop {
+                    let a = &accesses[j];
+                    let end = a.addr.wrapping_add(u64::from(a.size.max(1)));
+                    let hit = (0..4).fold(false, |h, k| h | ((a.addr < hi[k]) & (end > lo[k])));
+                    if hit {
+                        break;
+                    }
+                    j += 1;
+                }
+            } else {
+                while j < stop {
+                    let a = &accesses[j];
+                    let end = a.addr.wrapping_add(u64::from(a.size.max(1)));
+                    if watch.iter().any(|&(lo, hi)| a.addr < hi && end > lo) {
+                        break;
+                    }
+                    j += 1;
+                }
+            }
+            // accesses[i..j] neither trap nor sample.
+            self.counter += (j - i) as u64;
+            let a = &accesses[j];
+            self.access(a.ip, a.addr, a.size, on_pair);
+            refresh(&self.slots, &mut watch);
+            i = j + 1;
+        }
+    }
+
+    /// Samples taken at the slot's use instruction since its register was last empty
+    /// (proportional attribution: the trap stands for all of them).
+    fn attributed(&self, s: &Slot) -> f64 {
+        let since = |start: u64| {
+            let log = self
+                .samples_at
+                .get(&s.use_ip)
+                .map_or(&[][..], Vec::as_slice);
+            let first = log.partition_point(|&n| n < start);
+            (log.len() - first).max(1) as f64
+        };
+        match self.cfg.attribution {
+            Attribution::IpInterval => since(s.interval_start),
+            Attribution::IpArmed => since(s.armed_at),
+            Attribution::All => (self.samples - s.interval_start).max(1) as f64,
+            Attribution::One => 1.0,
+            Attribution::Ht => 1.0 / s.pi.max(1e-300),
+        }
+    }
+
+    fn sample(&mut self, ip: u64, addr: u64, now: u64) {
+        let number = self.samples;
+        self.samples += 1;
+        self.samples_at.entry(ip).or_default().push(number);
+        let g = self.cfg.granularity.bytes();
+        let mut slot = Slot {
+            lo: addr & !(g - 1),
+            hi: (addr & !(g - 1)) + g,
+            use_time: now,
+            use_ip: ip,
+            interval_start: number,
+            armed_at: number,
+            pi: 1.0,
+        };
+        for k in 0..self.since.len() {
+            if self.slots[k].is_some() {
+                self.since[k] += 1;
+            }
+        }
+        if let Some(k) = self.slots.iter().position(Option::is_none) {
+            self.slots[k] = Some(slot);
+            self.since[k] = 1;
+            return;
+        }
+        // All busy: visit in random order; register k takes the sample with 1 / n_k.
+        // Horvitz-Thompson bookkeeping first: the chance q_k that this sample lands in k
+        // (k accepts and every register visited before it declined, over random orders).
+        let q = take_probabilities(&self.since);
+        for (k, s) in self.slots.iter_mut().enumerate() {
+            if let Some(s) = s {
+                s.pi *= 1.0 - q[k];
+            }
+        }
+        let n = self.order.len();
+        for i in (1..n).rev() {
+            let j = (self.rng.next_u64() % (i as u64 + 1)) as usize;
+            self.order.swap(i, j);
+        }
+        for idx in 0..n {
+            let k = self.order[idx];
+            let nk = self.since[k].max(1);
+            if self.rng.next_u64() % nk == 0 {
+                // Replaced within the register's reservoir interval, which goes on.
+                slot.interval_start = self.slots[k].map_or(number, |o| o.interval_start);
+                slot.pi = q[k];
+                self.slots[k] = Some(slot);
+                return;
+            }
+        }
+        self.dropped += 1;
+    }
+
+    /// Reports the registers still armed at the end as uses without a reuse.
+    pub fn finish(&mut self, on_pair: &mut impl FnMut(Pair)) {
+        for k in 0..self.slots.len() {
+            if let Some(s) = self.slots[k].take() {
+                let weight = self.attributed(&s);
+                on_pair(Pair {
+                    use_ip: s.use_ip,
+                    reuse_ip: None,
+                    time: None,
+                    weight,
+                });
+            }
+        }
+    }
+}
+
+/// Exact time and stack histograms of one stream (the reference RDX is judged against).
+pub struct Exact {
+    last: HashMap<u64, u64, fasthash::Build>,
+    stack: super::reuse::ReuseDistance,
+    pending: Vec<u64>,
+    times: Vec<Option<u64>>,
+    pub time: Histogram,
+    pub distance: Histogram,
+    counter: u64,
+    shift: u32,
+}
+
+impl Exact {
+    pub fn new(g: Granularity) -> Exact {
+        Exact {
+            last: HashMap::default(),
+            stack: super::reuse::ReuseDistance::new(),
+            pending: Vec::with_capacity(super::reuse::BATCH),
+            times: Vec::with_capacity(super::reuse::BATCH),
+            time: Histogram::default(),
+            distance: Histogram::default(),
+            counter: 0,
+            shift: g.bytes().trailing_zeros(),
+        }
+    }
+
+    /// Distinct locations seen.
+    pub fn distinct(&self) -> u64 {
+        self.last.len() as u64
+    }
+
+    pub fn accesses(&self) -> u64 {
+        self.counter
+    }
+
+    #[inline]
+    pub fn access(&mut self, addr: u64) {
+        let key = addr >> self.shift;
+        let t = self.counter;
+        self.counter += 1;
+        let prev = self.last.insert(key, t);
+        // Uses are counted at their reuse; the last uses are added at the end (infinite).
+        if let Some(p) = prev {
+            self.time.add(Some(t - p), 1.0);
+        }
+        self.pending.push(key);
+        if self.pending.len() == super::reuse::BATCH {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        let hist = &mut self.distance;
+        self.stack.batch(&self.pending, |d| {
+            if let Some(d) = d {
+                hist.add(Some(d), 1.0);
+            }
+        });
+        self.pending.clear();
+        self.times.clear();
+    }
+
+    /// Closes the stream: every location's last use has no reuse.
+    pub fn finish(&mut self) {
+        self.flush();
+        self.time.infinite = self.last.len() as f64;
+        self.distance.infinite = self.last.len() as f64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Exact time histogram of a stream of locations.
+    fn times_of(s: &[u64]) -> Histogram {
+        let mut e = Exact::new(Granularity::Word);
+        for &x in s {
+            e.access(x * 8);
+        }
+        e.finish();
+        e.time
+    }
+
+    fn stack_of(s: &[u64], bins: &[(f64, f64)]) -> Vec<f64> {
+        let mut e = Exact::new(Granularity::Word);
+        for &x in s {
+            e.access(x * 8);
+        }
+        e.finish();
+        e.distance.fractions(bins)
+    }
+
+    #[test]
+    fn fine_bins_are_ordered_and_cover() {
+        let mut last = 0;
+        for d in 1..100_000u64 {
+            let b = fine_bin(d);
+            assert!(b >= last, "{d}");
+            assert!(
+                fine_lower(b) <= d as f64 && (d as f64) < fine_lower(b + 1),
+                "{d} {b}"
+            );
+            last = b;
+        }
+        assert_eq!(rdx_bins().len(), 20);
+        assert_eq!(bin_label(4096.0, 8192.0), "4K-8K");
+        assert_eq!(bin_label(1073741824.0, f64::INFINITY), "1G+");
+    }
+
+    #[test]
+    fn conversion_is_exact_on_a_cyclic_scan() {
+        // 0..N repeated: every reuse has time N and distance N - 1.
+        for n in [10u64, 1000, 50_000] {
+            let s: Vec<u64> = (0..20 * n).map(|i| i % n).collect();
+            let t = times_of(&s);
+            let bins = fine_bins();
+            let est = convert(&t, n as f64, &bins);
+            let exact = stack_of(&s, &bins);
+            let (acc, _) = accuracy(&exact, &est);
+            assert!(acc > 0.999, "N {n}: S {acc}: {est:?}");
+        }
+    }
+
+    #[test]
+    fn immediate_reuse_has_distance_zero() {
+        // Pairs a a b b c c ...: half the reuses at time 1 (distance 0), the rest far.
+        let s: Vec<u64> = (0..40_000u64).map(|i| (i / 2) % 5000).collect();
+        let t = times_of(&s);
+        let bins = fine_bins();
+        let est = convert(&t, 5000.0, &bins);
+        let exact = stack_of(&s, &bins);
+        assert!(
+            (exact[0] - est[0]).abs() < 1e-6,
+            "{} vs {}",
+            exact[0],
+            est[0]
+        );
+        let (acc, _) = accuracy(&exact, &est);
+        assert!(acc > 0.99, "{acc}");
+    }
+
+    #[test]
+    fn conversion_matches_random_streams() {
+        // Uniformly random over N: the model's independence assumption holds.
+        let mut rng = Rng::new(3);
+        for n in [64u64, 4096] {
+            let s: Vec<u64> = (0..400_000).map(|_| rng.next_u64() % n).collect();
+            let t = times_of(&s);
+            let bins = fine_bins();
+            let est = convert(&t, n as f64, &bins);
+            let exact = stack_of(&s, &bins);
+            let (acc, hat) = accuracy(&exact, &est);
+            assert!(acc > 0.95 && hat > 0.97, "N {n}: S {acc} S^ {hat}");
+            // No reuse is lost: the fractions sum to 1, in RDX's bins too.
+            for b in [bins, rdx_bins()] {
+                let sum: f64 = convert(&t, n as f64, &b).iter().sum();
+                assert!((sum - 1.0).abs() < 1e-9, "N {n}: {sum}");
+            }
+        }
+    }
+
+    #[test]
+    fn normal_approximation_uses_the_standard_deviation_at_k() {
+        // Binomial(10000, 0.3): mean 3000, sd 45.8; P(k < 3000) ~ 0.5, P(2954 <= k < 3046) ~ 0.68.
+        let m = binomial_mass(10_000.0, 0.3, 0.0, 3000.0);
+        assert!((m - 0.5).abs() < 0.01, "{m}");
+        let m = binomial_mass(10_000.0, 0.3, 2954.0, 3046.0);
+        assert!((m - 0.683).abs() < 0.01, "{m}");
+        // Small n: exact.
+        let m = binomial_mass(4.0, 0.5, 2.0, 3.0);
+        assert!((m - 0.375).abs() < 1e-12, "{m}");
+        assert!((binomial_mass(4.0, 1.0, 4.0, 5.0) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn accuracy_formulas() {
+        assert_eq!(accuracy(&[0.5, 0.5], &[0.5, 0.5]), (1.0, 1.0));
+        let (s, h) = accuracy(&[1.0, 0.0, 0.0], &[0.0, 1.0, 0.0]);
+        assert!((s - 0.0).abs() < 1e-12);
+        // Adjacent averages: [0.5, 0] vs [0.5, 0.5]: S^ = 1 - 0.5 / 2.
+        assert!((h - 0.75).abs() < 1e-12, "{h}");
+    }
+
+    #[test]
+    fn reservoir_keeps_every_sample_equally_likely() {
+        // One register, samples at every access of distinct locations never reused: the
+        // register must end holding each of the last samples with equal probability.
+        let cfg = RdxConfig {
+            period: 1,
+            jitter: 0.0,
+            watchpoints: 1,
+            granularity: Granularity::Word,
+            seed: 1,
+            attribution: Attribution::Ht,
+        };
+        let mut held = [0u32; 8];
+        for seed in 0..4000 {
+            let mut s = Sampler::new(cfg, seed);
+            let mut pairs = Vec::new();
+            for i in 0..8u64 {
+                s.access(0x100 + i, 1 << 20 | (i * 64), 8, &mut |p| pairs.push(p));
+            }
+            assert!(pairs.is_empty());
+            s.finish(&mut |p| held[(p.use_ip - 0x100) as usize] += 1);
+        }
+        // The first sample is taken at access 1 (the first gap is one period), so accesses
+        // 1..=7 are samples: each should be held 1/7 of the time.
+        assert_eq!(held[0], 0);
+        for (i, &h) in held.iter().enumerate().skip(1) {
+            assert!(
+                (h as f64 / 4000.0 - 1.0 / 7.0).abs() < 0.025,
+                "sample {i}: {h}"
+            );
+        }
+    }
+
+    #[test]
+    fn proportional_attribution_counts_unwatched_samples() {
+        // RDX's Listing 2: one loop instruction touches a location every iteration, reused
+        // after 3 accesses; with one register, samples taken while it is busy are not
+        // watched, but each trap stands for all samples at that instruction since arming.
+        let cfg = RdxConfig {
+            period: 1,
+            jitter: 0.0,
+            watchpoints: 1,
+            granularity: Granularity::Word,
+            seed: 7,
+            attribution: Attribution::Ht,
+        };
+        let mut s = Sampler::new(cfg, 7);
+        let mut pairs = Vec::new();
+        for i in 0..3000u64 {
+            s.access(0x400, 8 * (i % 3), 8, &mut |p| pairs.push(p));
+        }
+        s.finish(&mut |p| pairs.push(p));
+        let traps: Vec<&Pair> = pairs.iter().filter(|p| p.time.is_some()).collect();
+        assert!(traps.iter().all(|p| p.time == Some(3)));
+        // Every sample was taken at the one instruction: the weights add up to the samples.
+        let total: f64 = pairs.iter().map(|p| p.weight).sum();
+        assert_eq!(total as u64, s.samples);
+        assert!(
+            traps.len() as u64 * 2 < s.samples,
+            "the register was busy for most samples"
+        );
+    }
+
+    #[test]
+    fn batches_give_the_same_pairs_as_single_accesses() {
+        use mgbench_capture::trace::{Access, AccessKind};
+        let mut rng = Rng::new(11);
+        let accesses: Vec<Access> = (0..200_000)
+            .map(|i| Access {
+                ip: 0x400 + (i % 3),
+                addr: 0x10_000 + 8 * (rng.next_u64() % 3000) + (i % 2) * 4,
+                size: [1u8, 2, 4, 8][(i % 4) as usize],
+                kind: AccessKind::Load,
+            })
+            .collect();
+        for (period, w) in [(1u64, 4usize), (7, 1), (300, 4), (5000, 2), (50, 6)] {
+            for g in [Granularity::Word, Granularity::Line] {
+                let cfg = RdxConfig {
+                    period,
+                    watchpoints: w,
+                    granularity: g,
+                    ..RdxConfig::default()
+                };
+                let (mut one, mut all) = (Vec::new(), Vec::new());
+                let mut a = Sampler::new(cfg, 5);
+                for x in &accesses {
+                    a.access(x.ip, x.addr, x.size, &mut |p| one.push(p));
+                }
+                let mut b = Sampler::new(cfg, 5);
+                // Uneven batches, one of them empty.
+                let mut at = 0;
+                for len in [0usize, 1, 999, 65_536, 3, 200_000].iter().cycle() {
+                    let end = (at + len).min(accesses.len());
+                    b.access_all(&accesses[at..end], &mut |p| all.push(p));
+                    at = end;
+                    if at == accesses.len() {
+                        break;
+                    }
+                }
+                assert_eq!(one, all, "period {period}, {w} registers, {g:?}");
+                assert_eq!((a.samples, a.traps), (b.samples, b.traps));
+                assert_eq!(a.accesses(), b.accesses());
+            }
+        }
+    }
+
+    #[test]
+    fn take_probabilities_match_a_simulation() {
+        let n = [3u64, 1, 7, 2];
+        let q = take_probabilities(&n);
+        // Simulate random orders and acceptances.
+        let mut rng = Rng::new(9);
+        let mut got = [0u64; 4];
+        let trials = 400_000;
+        for _ in 0..trials {
+            let mut order = [0usize, 1, 2, 3];
+            for i in (1..4).rev() {
+                let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+                order.swap(i, j);
+            }
+            for k in order {
+                if rng.next_u64() % n[k] == 0 {
+                    got[k] += 1;
+                    break;
+                }
+            }
+        }
+        for k in 0..4 {
+            let sim = got[k] as f64 / trials as f64;
+            assert!(
+                (sim - q[k]).abs() < 0.003,
+                "register {k}: {sim} vs {}",
+                q[k]
+            );
+        }
+        // One register: 1 / n.
+        assert!((take_probabilities(&[5])[0] - 0.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn watch_granularity_and_alignment() {
+        let cfg = RdxConfig {
+            period: 1,
+            jitter: 0.0,
+            watchpoints: 4,
+            granularity: Granularity::Word,
+            seed: 1,
+            attribution: Attribution::Ht,
+        };
+        let mut s = Sampler::new(cfg, 1);
+        let mut pairs = Vec::new();
+        // Access 0 (not sampled), access 1 at 0x1004 (sampled: watches 0x1000..0x1008).
+        s.access(1, 0x5000, 8, &mut |p| pairs.push(p));
+        s.access(2, 0x1004, 4, &mut |p| pairs.push(p));
+        // A 2-byte access at 0x1006 touches the watched word: trap at time 1.
+        s.access(3, 0x1006, 2, &mut |p| pairs.push(p));
+        assert_eq!(pairs.len(), 1);
+        assert_eq!((pairs[0].time, pairs[0].reuse_ip), (Some(1), Some(3)));
+        // 0x1008 is the next word: no trap.
+        s.access(4, 0x1008, 8, &mut |p| pairs.push(p));
+        assert_eq!(pairs.len(), 1);
+    }
+}

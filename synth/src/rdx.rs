@@ -1,0 +1,380 @@
+//! `mgbench reuse --rdx TRACE`: RDX's sampling run over a recorded full trace as if it were
+//! live (see [`crate::locality::rdx`]), with its time and converted stack-distance
+//! histograms, the use/reuse pairs per instruction, and, unless turned off, the exact
+//! histograms of the same trace and RDX's accuracy against them.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use mgbench_capture::symbols::Symbolizer;
+use mgbench_capture::trace::{Frame, Mapping, Mode};
+use serde::{Deserialize, Serialize};
+
+use crate::fasthash;
+use crate::locality::rdx::{
+    accuracy, bin_label, convert, estimate_distinct, fine_bins, rdx_bins, Exact, Granularity,
+    Histogram, Pair, RdxConfig, Sampler,
+};
+use crate::SynthError;
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReuseConfig {
+    pub rdx: RdxConfig,
+    /// Also compute the exact histograms (a full pass of Olken's method per granularity).
+    pub exact: bool,
+    /// Use/reuse instruction pairs listed.
+    pub top_pairs: usize,
+    pub threads: usize,
+    pub allow_damaged: bool,
+    pub progress: mgbench_capture::progress::Progress,
+}
+
+impl Default for ReuseConfig {
+    fn default() -> Self {
+        ReuseConfig {
+            rdx: RdxConfig::default(),
+            exact: true,
+            top_pairs: 20,
+            threads: 1,
+            allow_damaged: false,
+            progress: Default::default(),
+        }
+    }
+}
+
+/// One bin of a report histogram: fractions of the finite reuses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bin {
+    pub label: String,
+    pub lo: f64,
+    /// Upper bound (exclusive); null for the last, open bin.
+    pub hi: Option<f64>,
+    /// RDX's sampled time distances.
+    pub time: f64,
+    /// RDX's time distances converted to stack distances.
+    pub stack: f64,
+    /// Exact (full traces, unless --no-exact).
+    pub exact_time: Option<f64>,
+    pub exact_stack: Option<f64>,
+    /// The exact time histogram converted (the model alone).
+    pub converted_exact_time: Option<f64>,
+}
+
+/// RDX's accuracy S and S^ against the exact histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Accuracy {
+    pub s: f64,
+    pub s_hat: f64,
+}
+
+/// Accuracy of the three comparisons over one set of bins.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Accuracies {
+    /// RDX's sampled time histogram against the exact one.
+    pub time: Accuracy,
+    /// RDX's converted stack histogram against the exact one (end to end).
+    pub stack: Accuracy,
+    /// The exact time histogram converted, against the exact stack one (the model alone).
+    pub conversion: Accuracy,
+}
+
+/// The histograms at one granularity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GranularityReport {
+    pub granularity: Granularity,
+    /// Samples taken, dropped (every register busy and not replaced), registers that trapped.
+    pub samples: u64,
+    pub dropped: u64,
+    pub traps: u64,
+    /// Reuses the traps stand for (sum of attribution weights), and uses with no reuse.
+    pub attributed_reuses: f64,
+    pub no_reuse: f64,
+    /// Distinct locations: RDX's estimate (uses without reuse x accesses) and the exact count.
+    pub distinct_estimate: f64,
+    pub distinct_exact: Option<u64>,
+    /// RDX's 20 bins ([0, 4K), [4K, 8K), ..., [1G, infinity)).
+    pub rdx_bins: Vec<Bin>,
+    /// mgbench's bins: 0, [1, 2), [2, 4), ... [2^31, infinity).
+    pub fine_bins: Vec<Bin>,
+    pub accuracy_rdx_bins: Option<Accuracies>,
+    pub accuracy_fine_bins: Option<Accuracies>,
+}
+
+/// One pair of instructions: a use sampled at `use_ip` and reused at `reuse_ip`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstructionPair {
+    pub use_ip: String,
+    pub use_source: String,
+    /// None: uses that saw no reuse before the end.
+    pub reuse_ip: Option<String>,
+    pub reuse_source: Option<String>,
+    pub traps: u64,
+    /// Reuses they stand for.
+    pub weight: f64,
+    pub mean_time: Option<f64>,
+}
+
+/// What `mgbench reuse --rdx` reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReuseReport {
+    pub trace: String,
+    pub program: Option<String>,
+    pub accesses: u64,
+    pub threads: usize,
+    pub config: RdxConfig,
+    pub words: GranularityReport,
+    pub lines: GranularityReport,
+    pub pairs: Vec<InstructionPair>,
+    pub notes: Vec<String>,
+}
+
+/// Per granularity and thread: the sampler, its histogram, and the exact engine.
+struct Track {
+    sampler: Sampler,
+    exact: Option<Exact>,
+}
+
+#[derive(Default)]
+struct PairStats {
+    traps: u64,
+    weight: f64,
+    time_sum: f64,
+}
+
+fn bins_of(
+    bins: &[(f64, f64)],
+    time: &[f64],
+    stack: &[f64],
+    exact: Option<(&[f64], &[f64], &[f64])>,
+) -> Vec<Bin> {
+    bins.iter()
+        .enumerate()
+        .map(|(i, &(lo, hi))| Bin {
+            label: bin_label(lo, hi),
+            lo,
+            hi: hi.is_finite().then_some(hi),
+            time: time[i],
+            stack: stack[i],
+            exact_time: exact.map(|e| e.0[i]),
+            exact_stack: exact.map(|e| e.1[i]),
+            converted_exact_time: exact.map(|e| e.2[i]),
+        })
+        .collect()
+}
+
+fn acc(a: (f64, f64)) -> Accuracy {
+    Accuracy { s: a.0, s_hat: a.1 }
+}
+
+fn granularity_report(
+    g: Granularity,
+    tracks: &mut [Track],
+    time: &Histogram,
+    accesses: u64,
+) -> GranularityReport {
+    let (mut samples, mut dropped, mut traps) = (0, 0, 0);
+    for t in tracks.iter() {
+        samples += t.sampler.samples;
+        dropped += t.sampler.dropped;
+        traps += t.sampler.traps;
+    }
+    let distinct_estimate = estimate_distinct(time, accesses);
+    let mut exact_time = Histogram::default();
+    let mut exact_stack = Histogram::default();
+    let mut distinct_exact = None;
+    for t in tracks.iter_mut() {
+        if let Some(e) = &mut t.exact {
+            e.finish();
+            exact_time.merge(&e.time);
+            exact_stack.merge(&e.distance);
+            *distinct_exact.get_or_insert(0) += e.distinct();
+        }
+    }
+    let per = |bins: &[(f64, f64)]| {
+        let t = time.fractions(bins);
+        let s = convert(time, distinct_estimate, bins);
+        let exact = distinct_exact.map(|n| {
+            (
+                exact_time.fractions(bins),
+                exact_stack.fractions(bins),
+                convert(&exact_time, n as f64, bins),
+            )
+        });
+        let accs = exact.as_ref().map(|(et, es, ec)| Accuracies {
+            time: acc(accuracy(et, &t)),
+            stack: acc(accuracy(es, &s)),
+            conversion: acc(accuracy(es, ec)),
+        });
+        let list = bins_of(
+            bins,
+            &t,
+            &s,
+            exact
+                .as_ref()
+                .map(|(a, b, c)| (a.as_slice(), b.as_slice(), c.as_slice())),
+        );
+        (list, accs)
+    };
+    let (rdx, acc_rdx) = per(&rdx_bins());
+    let (fine, acc_fine) = per(&fine_bins());
+    GranularityReport {
+        granularity: g,
+        samples,
+        dropped,
+        traps,
+        attributed_reuses: time.finite(),
+        no_reuse: time.infinite,
+        distinct_estimate,
+        distinct_exact,
+        rdx_bins: rdx,
+        fine_bins: fine,
+        accuracy_rdx_bins: acc_rdx,
+        accuracy_fine_bins: acc_fine,
+    }
+}
+
+/// Runs RDX over the full trace at `path`.
+pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> {
+    cfg.rdx.validate().map_err(SynthError::Invalid)?;
+    let p = path.display().to_string();
+    let reader = crate::open(path, &cfg.progress, "RDX sampling")?;
+    let meta = reader.meta().clone();
+    if !matches!(meta.mode, Mode::Full) {
+        return Err(SynthError::Invalid(format!(
+            "{p} is a {} trace: RDX needs every access to know how far apart a use and its reuse are; capture with --full (or run RDX live: mgbench reuse -- PROGRAM)",
+            meta.mode.name()
+        )));
+    }
+    let mut words: HashMap<u32, Track, fasthash::Build> = HashMap::default();
+    let mut lines: HashMap<u32, Track, fasthash::Build> = HashMap::default();
+    let mut word_time = Histogram::default();
+    let mut line_time = Histogram::default();
+    let mut pairs: HashMap<(u64, Option<u64>), PairStats, fasthash::Build> = HashMap::default();
+    let mut mappings: Vec<Mapping> = Vec::new();
+    let mut accesses = 0u64;
+    let new_track = |g: Granularity, thread: u32| Track {
+        sampler: Sampler::new(
+            RdxConfig {
+                granularity: g,
+                ..cfg.rdx
+            },
+            cfg.rdx.seed ^ (u64::from(thread) << 32) ^ g.bytes(),
+        ),
+        exact: cfg.exact.then(|| Exact::new(g)),
+    };
+    let damage =
+        mgbench_capture::trace::parallel::for_each_frame(
+            reader,
+            cfg.threads,
+            |frame| match frame {
+                Frame::Mappings(m) => mappings.extend(m.iter().cloned()),
+                Frame::Chunk(c) => {
+                    let w = words
+                        .entry(c.thread)
+                        .or_insert_with(|| new_track(Granularity::Word, c.thread));
+                    let mut on_word = |pr: Pair| {
+                        word_time.add(pr.time, pr.weight);
+                        let st = pairs.entry((pr.use_ip, pr.reuse_ip)).or_default();
+                        st.traps += 1;
+                        st.weight += pr.weight;
+                        st.time_sum += pr.time.unwrap_or(0) as f64 * pr.weight;
+                    };
+                    w.sampler.access_all(&c.accesses, &mut on_word);
+                    if let Some(e) = &mut w.exact {
+                        for a in &c.accesses {
+                            e.access(a.addr);
+                        }
+                    }
+                    let l = lines
+                        .entry(c.thread)
+                        .or_insert_with(|| new_track(Granularity::Line, c.thread));
+                    let mut on_line = |pr: Pair| line_time.add(pr.time, pr.weight);
+                    l.sampler.access_all(&c.accesses, &mut on_line);
+                    if let Some(e) = &mut l.exact {
+                        for a in &c.accesses {
+                            e.access(a.addr);
+                        }
+                    }
+                    accesses += c.accesses.len() as u64;
+                }
+                _ => {}
+            },
+        )
+        .map_err(|cause| SynthError::Read {
+            path: p.clone(),
+            cause,
+        })?;
+    crate::check_read(
+        &p,
+        damage.as_ref().map(|d| (d.offset, d.reason.as_str())),
+        cfg.allow_damaged,
+        accesses,
+        &meta,
+        None,
+    )?;
+    let threads = words.len();
+    let mut word_tracks: Vec<Track> = words.into_values().collect();
+    let mut line_tracks: Vec<Track> = lines.into_values().collect();
+    for t in &mut word_tracks {
+        t.sampler.finish(&mut |pr: Pair| {
+            word_time.add(None, pr.weight);
+            let st = pairs.entry((pr.use_ip, None)).or_default();
+            st.traps += 1;
+            st.weight += pr.weight;
+        });
+    }
+    for t in &mut line_tracks {
+        t.sampler
+            .finish(&mut |pr: Pair| line_time.add(None, pr.weight));
+    }
+    let mut notes = Vec::new();
+    if damage.is_some() {
+        notes.push("the trace is damaged: only the accesses before the damage were used".into());
+    }
+    if threads > 1 {
+        notes.push(format!(
+            "{threads} threads: each is sampled with its own registers and access counter, as per-thread hardware would; the histograms add them up"
+        ));
+    }
+    notes
+        .push("line granularity is a simulation: x86 debug registers watch at most 8 bytes".into());
+    let words_report =
+        granularity_report(Granularity::Word, &mut word_tracks, &word_time, accesses);
+    let lines_report =
+        granularity_report(Granularity::Line, &mut line_tracks, &line_time, accesses);
+    if words_report.samples < 100 {
+        notes.push(format!(
+            "only {} samples: lower --period for a steadier histogram",
+            words_report.samples
+        ));
+    }
+    // Instruction pairs, by the reuses they stand for.
+    let mut sym = Symbolizer::new(mappings);
+    let mut list: Vec<((u64, Option<u64>), PairStats)> = pairs.into_iter().collect();
+    list.sort_by(|a, b| b.1.weight.total_cmp(&a.1.weight));
+    let pairs = list
+        .into_iter()
+        .take(cfg.top_pairs)
+        .map(|((u, r), st)| InstructionPair {
+            use_ip: format!("{u:#x}"),
+            use_source: sym.resolve(u).describe(),
+            reuse_ip: r.map(|r| format!("{r:#x}")),
+            reuse_source: r.map(|r| sym.resolve(r).describe()),
+            traps: st.traps,
+            weight: st.weight,
+            mean_time: r.map(|_| st.time_sum / st.weight.max(1e-300)),
+        })
+        .collect();
+    Ok(ReuseReport {
+        trace: p,
+        program: meta.command.first().cloned(),
+        accesses,
+        threads,
+        config: cfg.rdx,
+        words: words_report,
+        lines: lines_report,
+        pairs,
+        notes,
+    })
+}

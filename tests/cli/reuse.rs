@@ -1,0 +1,233 @@
+//! `mgbench reuse`: RDX over full traces of demo programs, against the exact histograms, and
+//! its bad input.
+
+use std::path::Path;
+
+use crate::common::{app, have, mgbench, stderr, stdout, temp_dir};
+
+fn capture(dir: &Path, trace: &str, args: &[&str]) {
+    let mut a = vec!["capture", "--quiet", "--full", "-o", trace, "--"];
+    a.extend(args);
+    let o = mgbench(&a, dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+fn reuse_json(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let mut a = vec!["reuse", "--quiet", "-f", "json"];
+    a.extend(args);
+    let o = mgbench(&a, dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn s(v: &serde_json::Value, unit: &str, what: &str) -> f64 {
+    v[unit]["accuracy_rdx_bins"][what]["s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{unit}.{what} in {}", v[unit]))
+}
+
+#[test]
+fn rdx_over_a_trace_matches_the_exact_histograms() {
+    if !have("qemu-x86_64", "RDX over a captured demo") {
+        return;
+    }
+    let dir = temp_dir("reuse-loops");
+    // RDX's Listing 1: sweeps of 1000 and 200000 words, two reuse peaks.
+    capture(&dir, "loops.mgbt", &[&app("reuse_loops"), "--reps=10"]);
+    let v = reuse_json(
+        &dir,
+        &[
+            "--rdx",
+            "loops.mgbt",
+            "--period",
+            "8192",
+            "-o",
+            "loops.json",
+        ],
+    );
+    assert_eq!(v["config"]["period"], 8192);
+    assert_eq!(v["config"]["watchpoints"], 4);
+    assert_eq!(v["config"]["attribution"], "ht");
+    for unit in ["words", "lines"] {
+        assert_eq!(v[unit]["rdx_bins"].as_array().unwrap().len(), 20, "{unit}");
+        assert!(v[unit]["samples"].as_u64().unwrap() > 100, "{}", v[unit]);
+        assert!(v[unit]["traps"].as_u64().unwrap() > 10, "{}", v[unit]);
+        // Measured with several seeds on this trace: time and stack S 0.95..0.99.
+        assert!(s(&v, unit, "time") > 0.9, "{unit}: {}", v[unit]);
+        assert!(s(&v, unit, "stack") > 0.9, "{unit}: {}", v[unit]);
+        assert!(s(&v, unit, "conversion") > 0.95, "{unit}: {}", v[unit]);
+        // The fractions of each histogram sum to 1.
+        for key in ["time", "stack", "exact_time", "exact_stack"] {
+            let sum: f64 = v[unit]["rdx_bins"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b[key].as_f64().unwrap())
+                .sum();
+            assert!((sum - 1.0).abs() < 1e-6, "{unit}.{key} sums to {sum}");
+        }
+    }
+    // The exact word histogram has its two peaks: the small sweep (999 words between
+    // reuses, RDX's first bin 0-4K, 4 x 1000 reuses a repetition) and the large one (199999,
+    // bin 128K-256K, 200000 a repetition).
+    let bins = v["words"]["rdx_bins"].as_array().unwrap();
+    let exact = |label: &str| {
+        bins.iter().find(|b| b["label"] == label).unwrap()["exact_stack"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(exact("0-4K") > 0.05, "{bins:?}");
+    assert!(exact("128K-256K") > 0.8, "{bins:?}");
+    // Pairs name the sweep's source line.
+    let pairs = v["pairs"].as_array().unwrap();
+    assert!(
+        pairs
+            .iter()
+            .any(|p| p["use_source"].as_str().unwrap().contains("reuse_loops.c")),
+        "{pairs:?}"
+    );
+    // The same report was written to -o.
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("loops.json")).unwrap()).unwrap();
+    assert_eq!(file, v);
+    // The table shows both granularities and the accuracy.
+    let o = mgbench(
+        &[
+            "reuse",
+            "--quiet",
+            "--rdx",
+            "loops.mgbt",
+            "--period",
+            "8192",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = stdout(&o);
+    for want in [
+        "words:",
+        "lines:",
+        "accuracy over RDX's 20 bins",
+        "use -> reuse",
+    ] {
+        assert!(t.contains(want), "{want} in\n{t}");
+    }
+    // Without the exact pass: no accuracy, same samples.
+    let n = reuse_json(
+        &dir,
+        &["--rdx", "loops.mgbt", "--period", "8192", "--no-exact"],
+    );
+    assert!(n["words"]["accuracy_rdx_bins"].is_null());
+    assert_eq!(n["words"]["samples"], v["words"]["samples"]);
+    assert_eq!(
+        n["words"]["rdx_bins"][0]["time"],
+        v["words"]["rdx_bins"][0]["time"]
+    );
+}
+
+#[test]
+fn proportional_attribution_keeps_the_short_reuses() {
+    if !have("qemu-x86_64", "RDX attribution on a captured demo") {
+        return;
+    }
+    let dir = temp_dir("reuse-attribution");
+    // RDX's Listing 2: acc[i & 7] reused within a few accesses, big[i] a whole sweep later.
+    capture(
+        &dir,
+        "a.mgbt",
+        &[&app("attribution"), "--n=100000", "--reps=8"],
+    );
+    let exact_short =
+        |v: &serde_json::Value| v["words"]["rdx_bins"][0]["exact_time"].as_f64().unwrap();
+    let short = |v: &serde_json::Value| v["words"]["rdx_bins"][0]["time"].as_f64().unwrap();
+    let ht = reuse_json(&dir, &["--rdx", "a.mgbt", "--period", "4096"]);
+    let one = reuse_json(
+        &dir,
+        &[
+            "--rdx",
+            "a.mgbt",
+            "--period",
+            "4096",
+            "--attribution",
+            "one",
+        ],
+    );
+    // About two thirds of the reuses are short: with one reuse per trap the long reuses'
+    // busy registers hide most of them, weighting the traps restores them.
+    let e = exact_short(&ht);
+    assert!(e > 0.6, "{}", ht["words"]);
+    assert!(
+        (short(&ht) - e).abs() < 0.1,
+        "ht {} vs exact {e}",
+        short(&ht)
+    );
+    assert!(
+        (short(&one) - e).abs() > (short(&ht) - e).abs(),
+        "one {} ht {} exact {e}",
+        short(&one),
+        short(&ht)
+    );
+}
+
+#[test]
+fn reuse_bad_input_is_named() {
+    if !have("qemu-x86_64", "reuse errors on a captured demo") {
+        return;
+    }
+    let dir = temp_dir("reuse-errors");
+    let err = |args: &[&str], want: &[&str]| {
+        let o = mgbench(args, &dir);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let e = stderr(&o);
+        for w in want {
+            assert!(e.contains(w), "{args:?}: {w:?} not in {e}");
+        }
+        assert!(!e.contains("panicked"), "{e}");
+    };
+    err(&["reuse", "--rdx", "missing.mgbt"], &["missing.mgbt"]);
+    // A sampled trace cannot give time distances.
+    let o = mgbench(
+        &[
+            "capture",
+            "--quiet",
+            "-o",
+            "sampled.mgbt",
+            "--",
+            &app("reuse_loops"),
+            "--reps=2",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    err(
+        &["reuse", "--rdx", "sampled.mgbt"],
+        &["sampled.mgbt", "--full"],
+    );
+    capture(&dir, "full.mgbt", &[&app("reuse_loops"), "--reps=2"]);
+    err(
+        &["reuse", "--rdx", "full.mgbt", "--jitter", "2"],
+        &["--jitter"],
+    );
+    err(
+        &["reuse", "--rdx", "full.mgbt", "--period", "0"],
+        &["--period"],
+    );
+    err(
+        &["reuse", "--rdx", "full.mgbt", "--watchpoints", "0"],
+        &["--watchpoints"],
+    );
+    err(
+        &["reuse", "--rdx", "full.mgbt", "-o", "no/such/dir/r.json"],
+        &["no/such/dir/r.json"],
+    );
+    // A report already written is kept when a later run fails.
+    std::fs::write(dir.join("keep.json"), "{}\n").unwrap();
+    err(
+        &["reuse", "--rdx", "sampled.mgbt", "-o", "keep.json"],
+        &["sampled.mgbt"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("keep.json")).unwrap(),
+        "{}\n"
+    );
+}
