@@ -1,5 +1,5 @@
-//! `mgbench reuse`: featherlight reuse distance (RDX), over a recorded trace (`--rdx TRACE`)
-//! or live (`-- PROGRAM ARGS`).
+//! `mgbench reuse`: featherlight reuse distance (RDX) over a recorded trace (`--rdx TRACE`).
+//! Live measurement (`mgbench reuse -- PROGRAM ARGS`) is refused with what to run instead.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -70,6 +70,9 @@ pub struct ReuseArgs {
     /// Threads decoding the trace (default: one per CPU).
     #[arg(long = "decode-threads", value_parser = non_negative)]
     decode_threads: Option<usize>,
+    /// A program to measure live (not available yet: see the error it gives).
+    #[arg(trailing_var_arg = true, value_name = "PROGRAM")]
+    program: Vec<String>,
 }
 
 impl ReuseArgs {
@@ -113,8 +116,19 @@ pub fn run(args: ReuseArgs) -> Result<i32> {
     if let Some(out) = &args.output {
         super::analyze::check_writable(out)?;
     }
+    if !args.program.is_empty() {
+        let prog = args.program.join(" ");
+        if args.rdx.is_some() {
+            bail!("give either --rdx TRACE or a program, not both (program: {prog})");
+        }
+        bail!(
+            "live RDX is not available in this build: it needs PMU address sampling (PEBS or IBS, absent here) or QEMU with debug-register watchpoints, which mgbench does not drive yet; record the program once and run RDX over the trace instead:\n  mgbench capture --full -o reuse.mgbt -- {prog}\n  mgbench reuse --rdx reuse.mgbt"
+        );
+    }
     let report = match &args.rdx {
-        None => bail!("nothing to measure: give a full trace with --rdx TRACE"),
+        None => bail!(
+            "nothing to measure: give a full trace with --rdx TRACE (record one with mgbench capture --full -o TRACE -- PROGRAM)"
+        ),
         Some(trace) => {
             let cfg = ReuseConfig {
                 rdx,

@@ -15,7 +15,7 @@ fn report_writes_one_page_from_a_directory_and_files() {
     let o = mgbench(&["report", d.to_str().unwrap(), "-o", "r.html"], &dir);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("report -> r.html (29 figure(s)"),
+        stderr(&o).contains("report -> r.html (33 figure(s)"),
         "{}",
         stderr(&o)
     );

@@ -185,6 +185,15 @@ fn reuse_bad_input_is_named() {
         assert!(!e.contains("panicked"), "{e}");
     };
     err(&["reuse", "--rdx", "missing.mgbt"], &["missing.mgbt"]);
+    err(&["reuse"], &["--rdx TRACE", "capture --full"]);
+    // Live RDX is not built: the error says what to run instead.
+    err(
+        &["reuse", "--", "./prog", "--n=3"],
+        &[
+            "live RDX",
+            "mgbench capture --full -o reuse.mgbt -- ./prog --n=3",
+        ],
+    );
     // A sampled trace cannot give time distances.
     let o = mgbench(
         &[
