@@ -150,7 +150,7 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
     let mut last_sample: HashMap<u32, u64, fasthash::Build> = HashMap::default();
     let (mut accesses, mut recorded, mut skipped) = (0u64, 0u64, 0u64);
     let mut end_skipped = 0u64;
-    let damage = mgbench_capture::trace::parallel::for_each_frame(reader, cfg.threads, |frame| {
+    let damage = crate::read_frames(reader, path, cfg.threads, |frame| {
         match frame {
             Frame::Mappings(m) => {
                 mappings.extend(m.iter().cloned());
@@ -212,10 +212,6 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
             }
             _ => {}
         }
-    })
-    .map_err(|cause| SynthError::Read {
-        path: p.clone(),
-        cause,
     })?;
     crate::check_read(
         &p,

@@ -195,6 +195,23 @@ pub(crate) fn open(path: &Path, progress: &Progress, what: &str) -> Result<Trace
     .map_err(|cause| SynthError::Read { path: p, cause })
 }
 
+/// Decodes every frame of `trace` (opened by [`open`] from `path`) with `threads` decoders
+/// and calls `f` for each in order; a read error names the file. Returns where the trace is
+/// damaged, if it is.
+pub(crate) fn read_frames(
+    trace: TraceFile,
+    path: &Path,
+    threads: usize,
+    f: impl FnMut(&Frame),
+) -> Result<Option<mgbench_capture::trace::Damage>, SynthError> {
+    mgbench_capture::trace::parallel::for_each_frame(trace, threads, f).map_err(|cause| {
+        SynthError::Read {
+            path: path.display().to_string(),
+            cause,
+        }
+    })
+}
+
 /// What a pass learns besides the accesses: the header, the mappings, and where the trace
 /// is damaged (offset, reason), if it is.
 type PassInfo = (TraceMeta, Vec<Mapping>, Option<(u64, String)>);
@@ -209,16 +226,11 @@ fn for_each_chunk(
     let r = open(path, &cfg.progress, what)?;
     let meta = r.meta().clone();
     let mut maps = Vec::new();
-    let damage =
-        mgbench_capture::trace::parallel::for_each_frame(r, cfg.threads, |frame| match frame {
-            Frame::Chunk(c) if cfg.thread.is_none_or(|t| t == c.thread) => f(c),
-            Frame::Mappings(m) => maps.extend(m.iter().cloned()),
-            _ => {}
-        })
-        .map_err(|cause| SynthError::Read {
-            path: path.display().to_string(),
-            cause,
-        })?;
+    let damage = read_frames(r, path, cfg.threads, |frame| match frame {
+        Frame::Chunk(c) if cfg.thread.is_none_or(|t| t == c.thread) => f(c),
+        Frame::Mappings(m) => maps.extend(m.iter().cloned()),
+        _ => {}
+    })?;
     Ok((meta, maps, damage.map(|d| (d.offset, d.reason))))
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use mgbench_capture::symbols::Symbolizer;
-use mgbench_capture::trace::{Frame, Mapping, Mode};
+use mgbench_capture::trace::{Access, Frame, Mapping, Mode};
 use serde::{Deserialize, Serialize};
 
 use crate::fasthash;
@@ -133,6 +133,19 @@ pub struct ReuseReport {
 struct Track {
     sampler: Sampler,
     exact: Option<Exact>,
+}
+
+impl Track {
+    /// One chunk of the thread's accesses, in order: to the sampler (its pairs to `on_pair`)
+    /// and to the exact pass.
+    fn feed(&mut self, accesses: &[Access], on_pair: &mut impl FnMut(Pair)) {
+        self.sampler.access_all(accesses, on_pair);
+        if let Some(e) = &mut self.exact {
+            for a in accesses {
+                e.access(a.addr);
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -263,48 +276,31 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
         ),
         exact: cfg.exact.then(|| Exact::new(g)),
     };
-    let damage =
-        mgbench_capture::trace::parallel::for_each_frame(
-            reader,
-            cfg.threads,
-            |frame| match frame {
-                Frame::Mappings(m) => mappings.extend(m.iter().cloned()),
-                Frame::Chunk(c) => {
-                    let w = words
-                        .entry(c.thread)
-                        .or_insert_with(|| new_track(Granularity::Word, c.thread));
-                    let mut on_word = |pr: Pair| {
-                        word_time.add(pr.time, pr.weight);
-                        let st = pairs.entry((pr.use_ip, pr.reuse_ip)).or_default();
-                        st.traps += 1;
-                        st.weight += pr.weight;
-                        st.time_sum += pr.time.unwrap_or(0) as f64 * pr.weight;
-                    };
-                    w.sampler.access_all(&c.accesses, &mut on_word);
-                    if let Some(e) = &mut w.exact {
-                        for a in &c.accesses {
-                            e.access(a.addr);
-                        }
-                    }
-                    let l = lines
-                        .entry(c.thread)
-                        .or_insert_with(|| new_track(Granularity::Line, c.thread));
-                    let mut on_line = |pr: Pair| line_time.add(pr.time, pr.weight);
-                    l.sampler.access_all(&c.accesses, &mut on_line);
-                    if let Some(e) = &mut l.exact {
-                        for a in &c.accesses {
-                            e.access(a.addr);
-                        }
-                    }
-                    accesses += c.accesses.len() as u64;
-                }
-                _ => {}
-            },
-        )
-        .map_err(|cause| SynthError::Read {
-            path: p.clone(),
-            cause,
-        })?;
+    // A word pair is tallied by its instruction pair too; uses left armed at the end come
+    // back from `finish` as pairs without reuse (time None: infinite).
+    let mut on_word = |pr: Pair| {
+        word_time.add(pr.time, pr.weight);
+        let st = pairs.entry((pr.use_ip, pr.reuse_ip)).or_default();
+        st.traps += 1;
+        st.weight += pr.weight;
+        st.time_sum += pr.time.unwrap_or(0) as f64 * pr.weight;
+    };
+    let mut on_line = |pr: Pair| line_time.add(pr.time, pr.weight);
+    let damage = crate::read_frames(reader, path, cfg.threads, |frame| match frame {
+        Frame::Mappings(m) => mappings.extend(m.iter().cloned()),
+        Frame::Chunk(c) => {
+            let w = words
+                .entry(c.thread)
+                .or_insert_with(|| new_track(Granularity::Word, c.thread));
+            w.feed(&c.accesses, &mut on_word);
+            let l = lines
+                .entry(c.thread)
+                .or_insert_with(|| new_track(Granularity::Line, c.thread));
+            l.feed(&c.accesses, &mut on_line);
+            accesses += c.accesses.len() as u64;
+        }
+        _ => {}
+    })?;
     crate::check_read(
         &p,
         damage.as_ref().map(|d| (d.offset, d.reason.as_str())),
@@ -317,16 +313,10 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
     let mut word_tracks: Vec<Track> = words.into_values().collect();
     let mut line_tracks: Vec<Track> = lines.into_values().collect();
     for t in &mut word_tracks {
-        t.sampler.finish(&mut |pr: Pair| {
-            word_time.add(None, pr.weight);
-            let st = pairs.entry((pr.use_ip, None)).or_default();
-            st.traps += 1;
-            st.weight += pr.weight;
-        });
+        t.sampler.finish(&mut on_word);
     }
     for t in &mut line_tracks {
-        t.sampler
-            .finish(&mut |pr: Pair| line_time.add(None, pr.weight));
+        t.sampler.finish(&mut on_line);
     }
     let mut notes = Vec::new();
     if damage.is_some() {
