@@ -215,7 +215,7 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
     })?;
     crate::check_read(
         &p,
-        damage.as_ref().map(|d| (d.offset, d.reason.as_str())),
+        damage.as_ref(),
         cfg.allow_damaged,
         accesses,
         &meta,

@@ -33,7 +33,7 @@ use std::path::Path;
 
 use mgbench_capture::progress::{CountingReader, Progress};
 use mgbench_capture::symbols::{SourceLocation, Symbolizer};
-use mgbench_capture::trace::{AccessKind, Chunk, Frame, Mapping, TraceMeta, TraceReader};
+use mgbench_capture::trace::{AccessKind, Chunk, Damage, Frame, Mapping, TraceMeta, TraceReader};
 use serde::Serialize;
 
 pub use config::{SynthConfig, SynthError};
@@ -203,7 +203,7 @@ pub(crate) fn read_frames(
     path: &Path,
     threads: usize,
     f: impl FnMut(&Frame),
-) -> Result<Option<mgbench_capture::trace::Damage>, SynthError> {
+) -> Result<Option<Damage>, SynthError> {
     mgbench_capture::trace::parallel::for_each_frame(trace, threads, f).map_err(|cause| {
         SynthError::Read {
             path: path.display().to_string(),
@@ -213,8 +213,8 @@ pub(crate) fn read_frames(
 }
 
 /// What a pass learns besides the accesses: the header, the mappings, and where the trace
-/// is damaged (offset, reason), if it is.
-type PassInfo = (TraceMeta, Vec<Mapping>, Option<(u64, String)>);
+/// is damaged, if it is.
+type PassInfo = (TraceMeta, Vec<Mapping>, Option<Damage>);
 
 /// Calls `f` for every chunk of the selected thread, decoding with `cfg.threads` threads.
 fn for_each_chunk(
@@ -231,25 +231,25 @@ fn for_each_chunk(
         Frame::Mappings(m) => maps.extend(m.iter().cloned()),
         _ => {}
     })?;
-    Ok((meta, maps, damage.map(|d| (d.offset, d.reason))))
+    Ok((meta, maps, damage))
 }
 
 /// What every full read of a trace ends with: a damaged trace is an error unless damage is
 /// allowed, and so is a read that found no accesses (saying why, when it can).
 pub(crate) fn check_read(
     path: &str,
-    damage: Option<(u64, &str)>,
+    damage: Option<&Damage>,
     allow_damaged: bool,
     accesses: u64,
     meta: &TraceMeta,
     thread: Option<u32>,
 ) -> Result<(), SynthError> {
-    if let Some((offset, reason)) = damage {
+    if let Some(d) = damage {
         if !allow_damaged {
             return Err(SynthError::Damaged {
                 path: path.to_string(),
-                offset,
-                reason: reason.to_string(),
+                offset: d.offset,
+                reason: d.reason.clone(),
                 recovered: accesses,
             });
         }
@@ -338,7 +338,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     } = windows.finish();
     check_read(
         &p,
-        damage.as_ref().map(|(o, r)| (*o, r.as_str())),
+        damage.as_ref(),
         cfg.allow_damaged,
         accesses,
         &meta,

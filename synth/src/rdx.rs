@@ -303,7 +303,7 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
     })?;
     crate::check_read(
         &p,
-        damage.as_ref().map(|d| (d.offset, d.reason.as_str())),
+        damage.as_ref(),
         cfg.allow_damaged,
         accesses,
         &meta,
