@@ -607,6 +607,19 @@ impl Plot {
         self.n += 1;
     }
 
+    /// A horizontal reference line at `y` across the whole x range (see [`Plot::reference`]).
+    pub fn hreference(
+        &mut self,
+        y: f64,
+        color: &str,
+        dash: Dash,
+        title: &str,
+        label: Option<&str>,
+    ) {
+        let (a, b) = self.x.scale.range();
+        self.reference((a, y), (b, y), color, dash, title, label);
+    }
+
     /// A reference line through two data points (not a data mark), with an optional label
     /// at its end.
     pub fn reference(

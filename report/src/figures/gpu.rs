@@ -152,10 +152,8 @@ fn figure(
         }
     }
     if let Some(s) = stream {
-        let (a, b) = p.x.scale.range();
-        p.reference(
-            (a, s),
-            (b, s),
+        p.hreference(
+            s,
             color(7),
             Dash::Dashed,
             &format!("device STREAM copy: {s:.1} MB/s"),

@@ -7,11 +7,8 @@ use mgbench_synth::analyze::LocalityReport;
 use mgbench_synth::apex::{GRID_K, GRID_L};
 use mgbench_synth::locality::ReuseCurve;
 
-use super::{num, Figure, Ids, Section, Table};
+use super::{column_ranges, num, Figure, Ids, Section, Table, COLUMNS};
 use crate::svg::{color, fmt_count, Axis, Dash, Plot, Scale};
-
-/// Windows drawn one by one before the footprint is drawn per column.
-const COLUMNS: usize = 560;
 
 /// The histogram's buckets of a reuse CDF: distance 0, [2^(k-1), 2^k) for k = 1..=17, at or
 /// beyond N, cold; as (label, fraction).
@@ -388,17 +385,7 @@ fn footprint(r: &LocalityReport, base: &str, ids: &mut Ids) -> Option<Figure> {
             );
         }
     } else {
-        for col in 0..COLUMNS {
-            let (a, b) = (
-                col * n / COLUMNS,
-                ((col + 1) * n / COLUMNS).max(col * n / COLUMNS + 1),
-            );
-            let part = &ys[a..b.min(n)];
-            let (lo, hi) = part
-                .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
-                    (l.min(v), h.max(v))
-                });
+        for (a, b, lo, hi) in column_ranges(&ys) {
             p.vsegment(
                 (a + b - 1) as f64 / 2.0,
                 lo,

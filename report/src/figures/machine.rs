@@ -436,10 +436,8 @@ fn stride_figures(
             table.push(vec![num(s), num(b)]);
         }
         if let Some(cp) = copy {
-            let (a, b) = p.x.scale.range();
-            p.reference(
-                (a, cp),
-                (b, cp),
+            p.hreference(
+                cp,
                 color(7),
                 Dash::Dashed,
                 &format!("STREAM copy: {cp:.1} MB/s"),

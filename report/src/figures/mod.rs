@@ -68,6 +68,27 @@ pub fn slug(s: &str) -> String {
 }
 
 /// A value as the CSV writes it (Rust's shortest round-trip form), or "" when absent.
+/// A series longer than this is drawn per pixel column (one min-max segment each).
+pub const COLUMNS: usize = 560;
+
+/// A series of more than [`COLUMNS`] values downsampled per column: for each of the
+/// `COLUMNS` consecutive runs of positions `[a, b)`, `(a, b, smallest, largest)`.
+pub fn column_ranges(ys: &[f64]) -> Vec<(usize, usize, f64, f64)> {
+    let n = ys.len();
+    (0..COLUMNS)
+        .map(|col| {
+            let a = col * n / COLUMNS;
+            let b = ((col + 1) * n / COLUMNS).max(a + 1).min(n);
+            let (lo, hi) = ys[a..b]
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
+                    (l.min(v), h.max(v))
+                });
+            (a, b, lo, hi)
+        })
+        .collect()
+}
+
 pub fn num(v: f64) -> String {
     v.to_string()
 }

@@ -225,10 +225,8 @@ fn figure(scaling: &str, per_rank: bool, sel: &[(&Key, &Vec<Point>)], ids: &mut 
         }
     }
     if let (Some(s), false) = (ceiling, per_rank) {
-        let (a, b) = p.x.scale.range();
-        p.reference(
-            (a, s),
-            (b, s),
+        p.hreference(
+            s,
             color(7),
             Dash::Dashed,
             &format!("node STREAM copy with all ranks: {s:.1} MB/s"),

@@ -5,14 +5,12 @@
 
 use mgbench_replay::config::{Kernel, RunConfig};
 
-use super::{num, Figure, Ids, Section, Table};
+use super::{column_ranges, num, Figure, Ids, Section, Table, COLUMNS};
 use crate::inputs::PatternFile;
 use crate::svg::{color, Axis, Plot, Scale};
 
 /// Configurations drawn per report (the rest are listed in the stats table only).
 pub const MAX_CONFIGS: usize = 48;
-/// Plot columns: longer patterns are downsampled to one min-max segment per column.
-const COLUMNS: usize = 560;
 const BINS: usize = 50;
 
 /// Statistics of one pattern.
@@ -121,27 +119,20 @@ pub fn sections(files: &[PatternFile], ids: &mut Ids) -> Vec<Section> {
         .collect()
 }
 
-/// Points of a series, one per position when it fits, else min-max per column.
-fn draw_series(p: &mut Plot, ys: &[f64], c: &str, what: &str, table: &mut Table) {
+/// Points of a series, one per position when it fits, else min-max per column; returns the
+/// table of what was drawn.
+fn draw_series(p: &mut Plot, ys: &[f64], c: &str, what: &str) -> Table {
     let n = ys.len();
     if n <= COLUMNS {
+        let mut table = Table::new(&["position", what]);
         for (i, &y) in ys.iter().enumerate() {
             p.point(i as f64, y, 2.0, c, &format!("{what} {i}: {y}"));
             table.push(vec![i.to_string(), num(y)]);
         }
-        return;
+        return table;
     }
-    for col in 0..COLUMNS {
-        let (a, b) = (
-            col * n / COLUMNS,
-            ((col + 1) * n / COLUMNS).max(col * n / COLUMNS + 1),
-        );
-        let part = &ys[a..b.min(n)];
-        let (lo, hi) = part
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
-                (l.min(v), h.max(v))
-            });
+    let mut table = Table::new(&["positions", &format!("{what}s (min to max)")]);
+    for (a, b, lo, hi) in column_ranges(ys) {
         p.vsegment(
             ((a + b - 1) as f64) / 2.0,
             lo,
@@ -154,6 +145,7 @@ fn draw_series(p: &mut Plot, ys: &[f64], c: &str, what: &str, table: &mut Table)
             format!("{} to {}", num(lo), num(hi)),
         ]);
     }
+    table
 }
 
 fn config_figures(file: &str, c: &RunConfig, p: &[usize], ids: &mut Ids) -> Vec<Figure> {
@@ -180,15 +172,7 @@ fn config_figures(file: &str, c: &RunConfig, p: &[usize], ids: &mut Ids) -> Vec<
             "offset (elements)",
         ),
     );
-    let mut t = Table::new(&[
-        if sampled { "positions" } else { "position" },
-        if sampled {
-            "offsets (min to max)"
-        } else {
-            "offset"
-        },
-    ]);
-    draw_series(&mut plot, &offsets, color(0), "offset", &mut t);
+    let t = draw_series(&mut plot, &offsets, color(0), "offset");
     out.push(Figure {
         id,
         title: format!("{}: offsets", c.name),
@@ -225,24 +209,8 @@ fn config_figures(file: &str, c: &RunConfig, p: &[usize], ids: &mut Ids) -> Vec<
         ),
         Axis::new(Scale::symlog_over(deltas.iter().copied()), "delta (symlog)"),
     );
-    let mut t = Table::new(&[
-        if sampled { "positions" } else { "position" },
-        if sampled {
-            "deltas (min to max)"
-        } else {
-            "delta"
-        },
-    ]);
-    draw_series(&mut plot, &deltas, color(1), "delta", &mut t);
-    let (lo, hi) = plot.x.scale.range();
-    plot.reference(
-        (lo, 0.0),
-        (hi, 0.0),
-        "#999",
-        crate::svg::Dash::Solid,
-        "delta 0",
-        None,
-    );
+    let t = draw_series(&mut plot, &deltas, color(1), "delta");
+    plot.hreference(0.0, "#999", crate::svg::Dash::Solid, "delta 0", None);
     out.push(Figure {
         id,
         title: format!("{}: deltas", c.name),
