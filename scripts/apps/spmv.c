@@ -2,9 +2,13 @@
  * `x[col[j]]` is the irregular access mgbench should find.
  *
  * usage: spmv [--rows=N] [--nnz=K] [--iters=I] [--seed=S] [--threads=T] [--truth=FILE]
- *             [--sorted=1]
+ *             [--sorted=1] [--band=W] [--permute=1]
  *   --sorted=1 sorts each row's column indices (the usual CSR layout; a reordering study's
  *   "after"), else they stay in the random order drawn.
+ *   --band=W draws row r's columns from the W columns around r (a banded matrix, what a
+ *   bandwidth-reducing ordering gives) instead of from all columns.
+ *   --permute=1 relabels the columns by a seeded random permutation (the same matrix under a
+ *   bad ordering: neighbours in x are no longer neighbours in the matrix).
  *   --truth writes the column array (one index per line), in program order of one sweep.
  *   With T > 1, rows are split among T pthreads (thread t gets a contiguous block).
  *   The output line ends with x=ADDRESS, the base of the gathered vector.
@@ -49,8 +53,10 @@ int main(int argc, char **argv) {
     uint64_t seed = (uint64_t)arg_ll(argc, argv, "--seed", 1);
     const char *truth = arg_str(argc, argv, "--truth");
     int sorted = (int)arg_ll(argc, argv, "--sorted", 0);
-    if (rows < 1 || nnz < 1 || iters < 1 || threads < 1) {
-        fprintf(stderr, "spmv: rows, nnz, iters and threads must be >= 1\n");
+    long band = arg_ll(argc, argv, "--band", 0);
+    int permute = (int)arg_ll(argc, argv, "--permute", 0);
+    if (rows < 1 || nnz < 1 || iters < 1 || threads < 1 || band < 0) {
+        fprintf(stderr, "spmv: rows, nnz, iters and threads must be >= 1, band >= 0\n");
         return 2;
     }
     col = malloc(sizeof *col * rows * nnz);
@@ -58,8 +64,29 @@ int main(int argc, char **argv) {
     x = malloc(sizeof *x * rows);
     y = malloc(sizeof *y * rows);
     for (long j = 0; j < rows * nnz; j++) {
-        col[j] = (uint32_t)(splitmix64(&seed) % (uint64_t)rows);
+        if (band > 0) {
+            long r = j / nnz, lo = r - band / 2;
+            if (lo < 0) lo = 0;
+            if (lo + band > rows) lo = rows - band < 0 ? 0 : rows - band;
+            long w = band < rows ? band : rows;
+            col[j] = (uint32_t)(lo + (long)(splitmix64(&seed) % (uint64_t)w));
+        } else {
+            col[j] = (uint32_t)(splitmix64(&seed) % (uint64_t)rows);
+        }
         val[j] = 1.0 / (double)(1 + j % 7);
+    }
+    if (permute) {
+        /* Fisher-Yates over the column labels, then relabel. */
+        uint32_t *perm = malloc(sizeof *perm * rows);
+        for (long i = 0; i < rows; i++) perm[i] = (uint32_t)i;
+        for (long i = rows - 1; i > 0; i--) {
+            long k = (long)(splitmix64(&seed) % (uint64_t)(i + 1));
+            uint32_t t = perm[i];
+            perm[i] = perm[k];
+            perm[k] = t;
+        }
+        for (long j = 0; j < rows * nnz; j++) col[j] = perm[col[j]];
+        free(perm);
     }
     if (sorted)
         for (long r = 0; r < rows; r++) {

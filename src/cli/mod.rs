@@ -1,6 +1,7 @@
 //! Argument definitions (clap) and their translation into library configs; one module per
 //! stage. Each command returns the process exit status.
 
+mod affinity;
 mod analyze;
 mod capture;
 mod progress;
@@ -53,6 +54,12 @@ enum Command {
     /// Featherlight reuse distance (RDX): sampled use/reuse pairs and their time and stack
     /// distance histograms, over a full trace (--rdx TRACE).
     Reuse(Box<reuse::ReuseArgs>),
+    /// Location zoom: hot regions of heap, stack and data (with the code that touches
+    /// them), and the execution-interval tree of footprint and reuse.
+    Zoom(Box<affinity::ZoomArgs>),
+    /// Spatial-temporal affinity (MemFriend) inside the hottest regions: which blocks
+    /// anticipate which, how soon; --compare A.json B.json sets two variants side by side.
+    Affinity(Box<affinity::AffinityArgs>),
     /// Compare machines: per pattern, bandwidth, ratio to a baseline, % of STREAM, and what
     /// STREAM alone would predict.
     Compare(report::CompareArgs),
@@ -76,6 +83,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Report(args) => report::report(args),
         Command::Compare(args) => report::compare(args),
         Command::Reuse(args) => reuse::run(*args),
+        Command::Zoom(args) => affinity::run_zoom(*args),
+        Command::Affinity(args) => affinity::run_affinity(*args),
     }
 }
 

@@ -17,6 +17,7 @@
 //! }
 //! ```
 
+pub mod affinity;
 pub mod analyze;
 pub mod apex;
 pub mod config;

@@ -25,8 +25,10 @@
 //!   at most one block) and by irregular ones. Totals over the execution are estimated by
 //!   scaling the recorded accesses by the sample ratio rho.
 
+pub mod affinity;
 pub mod rdx;
 pub mod reuse;
+pub mod zoom;
 
 use std::collections::HashMap;
 
