@@ -1,5 +1,6 @@
 //! The `mgbench` binary as users run it, one module per stage.
 
+mod affinity;
 mod analyze;
 mod capture;
 mod common;
