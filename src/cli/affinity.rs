@@ -116,6 +116,11 @@ pub struct AffinityArgs {
     /// Reference blocks (the hottest) on the heatmaps.
     #[arg(long, default_value_t = 32)]
     heatmap_blocks: usize,
+    /// Accesses per analysed sequence of a thread (intervals and lifetimes stay inside
+    /// one); 0 analyses each thread (or sample) whole: exact, but an access may then close
+    /// up to 2R+1 intervals.
+    #[arg(long, default_value_t = mgbench_synth::affinity::DEFAULT_WINDOW)]
+    window: u32,
     /// Strongest pairs listed per region.
     #[arg(long, default_value_t = 10, value_parser = non_negative)]
     top: usize,
@@ -212,6 +217,7 @@ pub fn run_affinity(args: AffinityArgs) -> Result<i32> {
         max_blocks: args.max_blocks,
         heatmap_blocks: args.heatmap_blocks,
         top_pairs: args.top,
+        window: args.window,
     };
     if let Err(e) = cfg.validate() {
         bail!("{e}");

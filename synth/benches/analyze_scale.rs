@@ -13,10 +13,19 @@
 //! issue #14 target: >= 50 M accesses/s), next to decoding alone measured in the same run
 //! (RDX's O(1) work per access: decoding bounds it).
 //!
+//! With `--affinity` it times `mgbench affinity` (zoom pass + pair-wise pass over 10 regions
+//! of interest; issue #13 target: 10 M accesses in under 2 s), with `--zoom` the zoom alone
+//! (target: >= 20 M accesses/s on 100 M), each next to decoding alone in the same run:
+//!
+//!     cargo bench -p mgbench-synth --bench analyze_scale -- 10000000 --affinity --kind regions
+//!     cargo bench -p mgbench-synth --bench analyze_scale -- 100000000 --zoom --kind regions
+//!
 //! Kinds: `random` is the worst case, uniformly random 8-byte words over 2^22 words (32 MiB,
 //! every reuse a cache miss); `mix` is shaped like a solver: 40% unit-stride sweeps over
 //! 256 MiB, 30% random gathers over a 2^22-word table, 20% a hot set of 512 words (a stack),
-//! 10% random scatters over 2^26 words, from 6 instructions.
+//! 10% random scatters over 2^26 words, from 6 instructions. `regions` spreads the accesses
+//! over 10 arrays of 256 KiB (4096 lines, the most affinity analyses per region), 2 MiB
+//! apart, from 10 instructions: sweeps, random gathers and 3-line strides in turn.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -33,6 +42,17 @@ const CHUNK: usize = 65536;
 enum Kind {
     Random,
     Mix,
+    Regions,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Random => "random",
+            Kind::Mix => "mix",
+            Kind::Regions => "regions",
+        }
+    }
 }
 
 struct Gen {
@@ -40,6 +60,7 @@ struct Gen {
     kind: Kind,
     sweep: u64,
     i: u64,
+    cursors: [u64; 10],
 }
 
 impl Gen {
@@ -64,6 +85,24 @@ impl Gen {
                     _ => (0x401030, 0x8000_0000 + 8 * ((r >> 8) % (1 << 26)), true),
                 }
             }
+            Kind::Regions => {
+                let r = self.rng.next_u64();
+                let k = (r % 10) as usize;
+                let base = 0x1000_0000 + (k as u64) * (2 << 20);
+                let words = 256 * 1024 / 8;
+                let off = match k % 3 {
+                    0 => {
+                        self.cursors[k] = (self.cursors[k] + 1) % words;
+                        self.cursors[k]
+                    }
+                    1 => (r >> 8) % words,
+                    _ => {
+                        self.cursors[k] = (self.cursors[k] + 24) % words;
+                        self.cursors[k]
+                    }
+                };
+                (0x401000 + 16 * k as u64, base + 8 * off, k == 9)
+            }
         };
         Access {
             ip,
@@ -79,11 +118,7 @@ impl Gen {
 }
 
 fn trace_path(n: u64, kind: Kind) -> PathBuf {
-    let k = if kind == Kind::Random {
-        "random"
-    } else {
-        "mix"
-    };
+    let k = kind.name();
     std::env::temp_dir().join(format!("mgbench-analyze-scale-{k}-{n}.mgbt"))
 }
 
@@ -104,6 +139,7 @@ fn write_trace(path: &PathBuf, n: u64, kind: Kind) {
         kind,
         sweep: 0,
         i: 0,
+        cursors: [0; 10],
     };
     let mut left = n;
     let mut chunk = Chunk::default();
@@ -167,6 +203,7 @@ fn main() {
         .unwrap_or(1 << 30);
     let kind = match flag("--kind").as_deref() {
         Some("random") => Kind::Random,
+        Some("regions") => Kind::Regions,
         _ => Kind::Mix,
     };
     let reps: usize = flag("--reps").and_then(|r| r.parse().ok()).unwrap_or(3);
@@ -184,6 +221,14 @@ fn main() {
             std::fs::metadata(&path).map_or(0, |m| m.len()) as f64 / 1048576.0,
             t.elapsed().as_secs_f64()
         );
+    }
+    if args.iter().any(|a| a == "--affinity") {
+        affinity(&path, n, threads, reps, kind, false);
+        return;
+    }
+    if args.iter().any(|a| a == "--zoom") {
+        affinity(&path, n, threads, reps, kind, true);
+        return;
     }
     if args.iter().any(|a| a == "--rdx") {
         rdx(&path, n, threads, reps, kind);
@@ -214,7 +259,7 @@ fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "analyze, {} trace of {n} accesses, {threads} thread(s): median {:.1} M accesses/s of {reps} (target >= 10); peak memory {:.0} MiB; load {}",
-        if kind == Kind::Random { "random" } else { "mix" },
+        kind.name(),
         rates[rates.len() / 2],
         peak_rss_mib().unwrap_or(f64::NAN),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
@@ -222,6 +267,85 @@ fn main() {
 }
 
 /// Trace-driven RDX without the exact pass, and decoding alone, alternated.
+/// Decoding alone, in M accesses/s.
+fn decode_rate(path: &std::path::Path, n: u64, threads: usize) -> f64 {
+    use mgbench_capture::trace::{parallel::for_each_frame, Frame, TraceReader};
+    let t = Instant::now();
+    let mut seen = 0u64;
+    let reader =
+        TraceReader::open(std::fs::File::open(path).expect("open trace")).expect("read trace");
+    for_each_frame(reader, threads, |f| {
+        if let Frame::Chunk(c) = f {
+            seen += c.accesses.len() as u64;
+        }
+    })
+    .expect("decode");
+    assert_eq!(seen, n);
+    n as f64 / t.elapsed().as_secs_f64() / 1e6
+}
+
+fn affinity(
+    path: &std::path::Path,
+    n: u64,
+    threads: usize,
+    reps: usize,
+    kind: Kind,
+    zoom_only: bool,
+) {
+    use mgbench_synth::affinity::{affinity, zoom, AffinityConfig, ZoomConfig};
+    let (mut secs, mut decode) = (Vec::new(), Vec::new());
+    for rep in 0..reps {
+        let d = decode_rate(path, n, threads);
+        let t = Instant::now();
+        let what = if zoom_only {
+            let cfg = ZoomConfig {
+                threads,
+                ..ZoomConfig::default()
+            };
+            let z = zoom(path, &cfg).expect("zoom");
+            assert_eq!(z.accesses, n);
+            format!("{} regions", z.regions.len())
+        } else {
+            let mut cfg = AffinityConfig::default();
+            cfg.zoom.threads = threads;
+            let a = affinity(path, &cfg).expect("affinity");
+            assert_eq!(a.accesses, n);
+            let blocks: usize = a.regions.iter().map(|r| r.blocks).sum();
+            format!("{} regions of interest, {blocks} blocks", a.regions.len())
+        };
+        let s = t.elapsed().as_secs_f64();
+        println!(
+            "run {}: decode {d:.1} M accesses/s; {} {s:.2} s -> {:.1} M accesses/s ({what})",
+            rep + 1,
+            if zoom_only { "zoom" } else { "affinity" },
+            n as f64 / s / 1e6
+        );
+        secs.push(s);
+        decode.push(d);
+    }
+    secs.sort_by(f64::total_cmp);
+    decode.sort_by(f64::total_cmp);
+    let (s, d) = (secs[reps / 2], decode[reps / 2]);
+    let rate = n as f64 / s / 1e6;
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let target = if zoom_only {
+        format!("target >= 20 M accesses/s: {:.2} of it", rate / 20.0)
+    } else {
+        format!(
+            "target < 2 s for 10 M accesses: {:.2} of it",
+            s / (2.0 * n as f64 / 1e7)
+        )
+    };
+    println!(
+        "{} on a {} trace of {n} accesses, {threads} decode thread(s): median {s:.2} s = {rate:.1} M accesses/s of {reps} ({target}); {:.2} of decoding alone ({d:.1} M/s); peak memory {:.0} MiB; load {}",
+        if zoom_only { "zoom" } else { "affinity (zoom + pair-wise pass)" },
+        kind.name(),
+        rate / d,
+        peak_rss_mib().unwrap_or(f64::NAN),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+}
+
 fn rdx(path: &std::path::Path, n: u64, threads: usize, reps: usize, kind: Kind) {
     use mgbench_capture::trace::{parallel::for_each_frame, Frame, TraceReader};
     use mgbench_synth::rdx::{reuse, ReuseConfig};
@@ -264,7 +388,7 @@ fn rdx(path: &std::path::Path, n: u64, threads: usize, reps: usize, kind: Kind) 
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "RDX (reuse --rdx --no-exact, words and lines), {} trace of {n} accesses, {threads} thread(s): median {r:.1} M accesses/s of {reps} (target >= 50), {:.2} of decoding alone ({d:.1} M/s); peak memory {:.0} MiB; load {}",
-        if kind == Kind::Random { "random" } else { "mix" },
+        kind.name(),
         r / d,
         peak_rss_mib().unwrap_or(f64::NAN),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")

@@ -43,6 +43,12 @@ impl Default for ZoomConfig {
     }
 }
 
+/// Accesses per analysed sequence: the length of MemFriend's sampled sequences (~250
+/// accesses), almost 3 times the interval beyond which every pair has the worst goodness
+/// rank (n_r x n_si = 90 accesses by default). It bounds the pairs an access can close,
+/// which is what the pair-wise pass costs.
+pub const DEFAULT_WINDOW: u32 = 256;
+
 /// What `mgbench affinity` runs.
 #[derive(Debug, Clone)]
 pub struct AffinityConfig {
@@ -57,6 +63,10 @@ pub struct AffinityConfig {
     /// Reference blocks (the hottest) on the heatmaps' x axis.
     pub heatmap_blocks: usize,
     pub top_pairs: usize,
+    /// A thread's accesses are analysed in consecutive sequences of this many accesses (0:
+    /// one sequence per thread, or per sample of a sampled trace): intervals and lifetimes
+    /// stay inside a sequence, as in MemFriend's sampled sequences.
+    pub window: u32,
 }
 
 impl Default for AffinityConfig {
@@ -69,6 +79,7 @@ impl Default for AffinityConfig {
             max_blocks: 4096,
             heatmap_blocks: 32,
             top_pairs: 20,
+            window: DEFAULT_WINDOW,
         }
     }
 }
@@ -632,6 +643,11 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
     let roi_lo = rois.iter().map(|r| r.lo).min().unwrap_or(u64::MAX);
     let roi_hi = rois.iter().map(|r| r.hi).max().unwrap_or(0);
     let sampled = pass.meta.mode != Mode::Full;
+    let limit = if cfg.window == 0 {
+        u32::MAX - 1
+    } else {
+        cfg.window
+    };
     let mut clocks: HashMap<u32, u32, fasthash::Build> = HashMap::default();
     let reader = crate::open(path, &cfg.zoom.progress, "affinity")?;
     crate::read_frames(reader, path, cfg.zoom.threads, |frame| {
@@ -651,7 +667,7 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
             }
             let end = (at + s.len as usize).min(c.accesses.len());
             for a in &c.accesses[at..end] {
-                if *clock == u32::MAX - 1 {
+                if *clock == limit {
                     for r in &mut rois {
                         r.engine.end_sequence(th);
                     }
@@ -686,6 +702,12 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
         notes.push(
             "sampled trace: spatial intervals and lifetimes never cross a sample boundary".into(),
         );
+    }
+    if cfg.window > 0 {
+        notes.push(format!(
+            "each thread's accesses are analysed in consecutive sequences of {} accesses (--window; 0 = whole threads): longer intervals are not counted",
+            cfg.window
+        ));
     }
     notes.push(format!(
         "goodness: n_r = {}, n_si = {} (a quarter of a {}-entry load queue, --load-queue)",

@@ -135,6 +135,10 @@ struct Seq {
     last: Vec<u32>,
     /// Every access time of each block in this sequence.
     times: Vec<Vec<u32>>,
+    /// First access time and access count of each block in this sequence (flat copies of
+    /// `times[b][0]` and `times[b].len()`: neighbours are contiguous here).
+    first: Vec<u32>,
+    count: Vec<u32>,
     /// Blocks with accesses in this sequence.
     touched: Vec<u32>,
     /// The last RING region accesses: (block, time).
@@ -157,6 +161,8 @@ impl Seq {
         Seq {
             last: vec![0; blocks],
             times: vec![Vec::new(); blocks],
+            first: vec![0; blocks],
+            count: vec![0; blocks],
             touched: Vec::new(),
             ring: Vec::with_capacity(RING),
             ring_head: 0,
@@ -199,6 +205,23 @@ fn ring_since(
     )
 }
 
+/// A pair's interval count (low 28 bits) and length sum (high 36 bits) in one word, so that
+/// closing an interval touches one cache line; both saturate (2^28 intervals, 2^36 summed
+/// accesses of one pair: beyond any trace this reads in reasonable time).
+const COUNT_BITS: u32 = 28;
+
+#[inline(always)]
+fn cell_add(cell: &mut u64, len: u32) {
+    let (n, sum) = (*cell & ((1 << COUNT_BITS) - 1), *cell >> COUNT_BITS);
+    let n = (n + 1).min((1 << COUNT_BITS) - 1);
+    let sum = (sum + u64::from(len)).min((1 << (64 - COUNT_BITS)) - 1);
+    *cell = sum << COUNT_BITS | n;
+}
+
+fn cell_get(cell: u64) -> (u64, u64) {
+    (cell & ((1 << COUNT_BITS) - 1), cell >> COUNT_BITS)
+}
+
 /// Number of times in the sorted `times` within (lo, hi].
 fn count_in(times: &[u32], lo: u32, hi: u32) -> u32 {
     (times.partition_point(|&x| x <= hi) - times.partition_point(|&x| x <= lo)) as u32
@@ -218,18 +241,16 @@ pub struct RegionAffinity {
     ri_sum: Vec<u64>,
     rd_sum: Vec<f64>,
     reuses: Vec<u64>,
-    /// Row of each block in the pair tables (0: none yet; else 1 + row).
-    row_of: Vec<u32>,
-    rows: u32,
-    /// Interval counts and lengths, in the row of the *closing* block j at (j - i) + R.
-    si_count: Vec<u32>,
-    si_sum: Vec<u64>,
+    /// Interval count and length sum of pair (i, j), packed ([`Cell`]), in the row of the
+    /// *closing* block j at (j - i) + R: an access updates one contiguous row. Rows for
+    /// every block (zeroed pages cost nothing until touched).
+    si: Vec<u64>,
     /// Accesses to j within i's lifetime, in the row of the *reference* block i at
     /// (j - i) + R.
     sd_count: Vec<u32>,
-    /// Per reference block and absolute location: intervals, lengths, lifetime accesses.
-    hot_count: Vec<u32>,
-    hot_sum: Vec<u64>,
+    /// Per reference block and absolute location: packed intervals and lengths, lifetime
+    /// accesses.
+    hot_si: Vec<u64>,
     hot_sd: Vec<u32>,
     seqs: Vec<(u32, Seq)>,
 }
@@ -238,24 +259,21 @@ impl RegionAffinity {
     /// A region of `blocks` blocks from block number `first`, with absolute locations at the
     /// block numbers `hot`.
     pub fn new(params: AffinityParams, first: u64, blocks: usize, hot: Vec<u64>) -> Self {
+        let h = hot.len();
         RegionAffinity {
             params,
             first,
             blocks,
-            hot_block: hot,
             accesses: vec![0; blocks],
             lifetime: vec![0; blocks],
             ri_sum: vec![0; blocks],
             rd_sum: vec![0.0; blocks],
             reuses: vec![0; blocks],
-            row_of: vec![0; blocks],
-            rows: 0,
-            si_count: Vec::new(),
-            si_sum: Vec::new(),
-            sd_count: Vec::new(),
-            hot_count: Vec::new(),
-            hot_sum: Vec::new(),
-            hot_sd: Vec::new(),
+            si: vec![0; blocks * params.width()],
+            sd_count: vec![0; blocks * params.width()],
+            hot_si: vec![0; blocks * h],
+            hot_sd: vec![0; blocks * h],
+            hot_block: hot,
             seqs: Vec::new(),
         }
     }
@@ -281,22 +299,6 @@ impl RegionAffinity {
         self.seqs.len() - 1
     }
 
-    fn row(&mut self, b: usize) -> usize {
-        if self.row_of[b] == 0 {
-            let w = self.params.width();
-            let h = self.hot_block.len();
-            self.rows += 1;
-            self.row_of[b] = self.rows;
-            self.si_count.resize(self.rows as usize * w, 0);
-            self.si_sum.resize(self.rows as usize * w, 0);
-            self.sd_count.resize(self.rows as usize * w, 0);
-            self.hot_count.resize(self.rows as usize * h, 0);
-            self.hot_sum.resize(self.rows as usize * h, 0);
-            self.hot_sd.resize(self.rows as usize * h, 0);
-        }
-        (self.row_of[b] - 1) as usize
-    }
-
     /// Whether absolute location `k` is already one of block `b`'s offsets.
     fn near(&self, b: usize, k: usize) -> bool {
         self.hot_block[k].abs_diff(self.first + b as u64) <= u64::from(self.params.radius)
@@ -316,7 +318,7 @@ impl RegionAffinity {
         let r = self.params.radius as usize;
         let w = self.params.width();
         let h = self.hot_block.len();
-        let row = self.row(b);
+        let row = b;
         self.accesses[b] += 1;
         let (_, seq) = &mut self.seqs[s];
         let prev = seq.last[b];
@@ -327,8 +329,7 @@ impl RegionAffinity {
             // Self pair: the reuse interval.
             self.reuses[b] += 1;
             self.ri_sum[b] += u64::from(t - prev);
-            self.si_count[row * w + r] += 1;
-            self.si_sum[row * w + r] += u64::from(t - prev - 1);
+            cell_add(&mut self.si[row * w + r], t - prev - 1);
         }
         // Intervals (i, b) closed by this access: every i accessed since b's previous
         // access, from the first such access to i.
@@ -364,26 +365,43 @@ impl RegionAffinity {
                     let f = earliest[i];
                     let len = t - f - 1 - (occ[i] - 1);
                     let k = row * w + (b + r - i);
-                    self.si_count[k] += 1;
-                    self.si_sum[k] += u64::from(len);
+                    cell_add(&mut self.si[k], len);
                 }
                 true
             }
             _ => false,
         };
         if !walked {
-            for i in lo..=hi {
+            // Candidates: the blocks touched in this sequence when they are fewer than the
+            // 2R + 1 neighbours, else the neighbours.
+            let mut close = |i: usize| {
                 if i == b || seq.last[i] <= prev {
-                    continue;
+                    return;
                 }
-                let ts = &seq.times[i];
-                let idx = ts.partition_point(|&x| x <= prev);
-                let f = ts[idx];
-                let between = (ts.len() - idx - 1) as u32;
+                // The first access to i after b's previous one (its first of the sequence
+                // when b has none), and the accesses to i after it.
+                let (f, between) = if prev == 0 {
+                    (seq.first[i], seq.count[i] - 1)
+                } else {
+                    let ts = &seq.times[i];
+                    let idx = ts.partition_point(|&x| x <= prev);
+                    (ts[idx], (ts.len() - idx - 1) as u32)
+                };
                 let len = t - f - 1 - between;
                 let k = row * w + (b + r - i);
-                self.si_count[k] += 1;
-                self.si_sum[k] += u64::from(len);
+                cell_add(&mut self.si[k], len);
+            };
+            if seq.touched.len() < hi - lo + 1 {
+                for &i in &seq.touched {
+                    let i = i as usize;
+                    if i >= lo && i <= hi {
+                        close(i);
+                    }
+                }
+            } else {
+                for i in lo..=hi {
+                    close(i);
+                }
             }
         }
         // Absolute locations, lazily: an interval (b, k) opened at f closed at the first
@@ -399,14 +417,15 @@ impl RegionAffinity {
                 let ht = &seq.hot_times[k];
                 let c = ht[ht.partition_point(|&x| x <= f)];
                 let between = count_in(&seq.times[b], f, c - 1);
-                self.hot_count[row * h + k] += 1;
-                self.hot_sum[row * h + k] += u64::from(c - f - 1 - between);
+                cell_add(&mut self.hot_si[row * h + k], c - f - 1 - between);
                 seq.open[b * h + k] = t;
             }
         }
         if prev == 0 {
             seq.touched.push(b as u32);
+            seq.first[b] = t;
         }
+        seq.count[b] += 1;
         seq.last[b] = t;
         seq.times[b].push(t);
         seq.push_ring(b as u32, t);
@@ -421,13 +440,20 @@ impl RegionAffinity {
         let r = self.params.radius as usize;
         let w = self.params.width();
         let h = self.hot_block.len();
-        let mut seq = std::mem::replace(&mut self.seqs[s].1, Seq::new(0, 0));
+        if self.seqs[s].1.touched.is_empty() {
+            for ht in &mut self.seqs[s].1.hot_times {
+                ht.clear();
+            }
+            return;
+        }
+        // Out of the list while it is read (order does not matter: looked up by thread).
+        let (thread, mut seq) = self.seqs.swap_remove(s);
         seq.touched.sort_unstable();
         let touched = std::mem::take(&mut seq.touched);
         let mut from = 0usize;
         for &i in &touched {
             let i = i as usize;
-            let row = (self.row_of[i] - 1) as usize;
+            let row = i;
             let ti = &seq.times[i];
             let (first, last) = (ti[0], ti[ti.len() - 1]);
             self.lifetime[i] += u64::from(last - first);
@@ -439,8 +465,7 @@ impl RegionAffinity {
                     let j = j as usize;
                     // A pair with accesses to j in i's lifetime has an interval (i, j): skip
                     // the search where it has none.
-                    let jrow = (self.row_of[j] - 1) as usize;
-                    if j != i && self.si_count[jrow * w + (j + r - i)] == 0 {
+                    if j != i && self.si[j * w + (j + r - i)] == 0 {
                         continue;
                     }
                     let c = count_in(&seq.times[j], first, last);
@@ -459,8 +484,7 @@ impl RegionAffinity {
                 if f != 0 && ht.last().is_some_and(|&x| x > f) {
                     let c = ht[ht.partition_point(|&x| x <= f)];
                     let between = count_in(ti, f, c - 1);
-                    self.hot_count[row * h + k] += 1;
-                    self.hot_sum[row * h + k] += u64::from(c - f - 1 - between);
+                    cell_add(&mut self.hot_si[row * h + k], c - f - 1 - between);
                 }
             }
         }
@@ -468,6 +492,7 @@ impl RegionAffinity {
         for &i in &touched {
             let i = i as usize;
             seq.last[i] = 0;
+            seq.count[i] = 0;
             seq.times[i].clear();
             seq.open[i * h..(i + 1) * h].fill(0);
         }
@@ -478,7 +503,7 @@ impl RegionAffinity {
         seq.ring_head = 0;
         seq.touched = touched;
         seq.touched.clear();
-        self.seqs[s].1 = seq;
+        self.seqs.push((thread, seq));
     }
 
     /// Ends every thread's sequence.
@@ -525,15 +550,8 @@ impl RegionAffinity {
         let j = j as usize;
         let w = self.params.width();
         let mut p = PairCounts::default();
-        if self.row_of[j] != 0 {
-            let k = (self.row_of[j] - 1) as usize * w + (r + off) as usize;
-            p.intervals = u64::from(self.si_count[k]);
-            p.si_sum = self.si_sum[k];
-        }
-        if self.row_of[i] != 0 {
-            p.in_lifetime =
-                u64::from(self.sd_count[(self.row_of[i] - 1) as usize * w + (r + off) as usize]);
-        }
+        (p.intervals, p.si_sum) = cell_get(self.si[j * w + (r + off) as usize]);
+        p.in_lifetime = u64::from(self.sd_count[i * w + (r + off) as usize]);
         p
     }
 
@@ -543,13 +561,11 @@ impl RegionAffinity {
             return None;
         }
         let h = self.hot_block.len();
-        if self.row_of[i] == 0 {
-            return Some(PairCounts::default());
-        }
-        let x = (self.row_of[i] - 1) as usize * h + k;
+        let x = i * h + k;
+        let (intervals, si_sum) = cell_get(self.hot_si[x]);
         Some(PairCounts {
-            intervals: u64::from(self.hot_count[x]),
-            si_sum: self.hot_sum[x],
+            intervals,
+            si_sum,
             in_lifetime: u64::from(self.hot_sd[x]),
         })
     }
