@@ -178,6 +178,21 @@ def main():
              "--rows=2048", "--nnz=8", "--iters=3"], stdout=subprocess.DEVNULL)
         run([MGBENCH, "reuse", "--quiet", "--rdx", full, "--top", "8", "-o",
              os.path.join(DATA, "spmv-reuse.json")], stdout=subprocess.DEVNULL)
+        # 7. Affinity of the row/column demo in both orders (small: 2 regions of 256 blocks),
+        #    their comparison, and the zoom of the row-major run.
+        small = ["--regions", "2", "--max-blocks", "256", "--heatmap-blocks", "12"]
+        for order in ["row", "col"]:
+            t = os.path.join(tmp, f"rc-{order}.mgbt")
+            run([MGBENCH, "capture", "--quiet", "--full", "-o", t, "--", os.path.join(apps, "rowcol"),
+                 f"--order={order}"], stdout=subprocess.DEVNULL)
+            out = os.path.join(DATA, "rowcol-affinity.json") if order == "row" else \
+                os.path.join(tmp, "rc-col.json")
+            run([MGBENCH, "affinity", "--quiet", t, *small, "-o", out], stdout=subprocess.DEVNULL)
+        run([MGBENCH, "affinity", "--compare", os.path.join(DATA, "rowcol-affinity.json"),
+             os.path.join(tmp, "rc-col.json"), "-o", os.path.join(DATA, "rowcol-affinity-compare.json")],
+            stdout=subprocess.DEVNULL)
+        run([MGBENCH, "zoom", "--quiet", os.path.join(tmp, "rc-row.mgbt"), "--leaves", "32", "-o",
+             os.path.join(DATA, "rowcol-zoom.json")], stdout=subprocess.DEVNULL)
         print(f"fixtures written to {DATA} (measured on {host})", file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

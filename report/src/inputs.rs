@@ -73,6 +73,9 @@ pub struct Inputs {
     pub patterns: Vec<PatternFile>,
     pub analyses: Vec<(String, LocalityReport)>,
     pub reuses: Vec<(String, mgbench_synth::rdx::ReuseReport)>,
+    pub affinities: Vec<(String, mgbench_synth::affinity::AffinityReport)>,
+    pub affinity_comparisons: Vec<(String, mgbench_synth::affinity::AffinityComparison)>,
+    pub zooms: Vec<(String, mgbench_synth::affinity::ZoomReport)>,
     /// Remarks about inputs (files skipped and why).
     pub notes: Vec<String>,
 }
@@ -229,6 +232,42 @@ fn load_file(
                 })?;
             file.what = format!("an RDX reuse report of {} accesses", r.accesses);
             inputs.reuses.push((path.display().to_string(), r));
+        }
+        serde_json::Value::Object(o)
+            if o.contains_key("regions")
+                && o.contains_key("zoom")
+                && o.contains_key("hot_lines") =>
+        {
+            let r: mgbench_synth::affinity::AffinityReport = serde_json::from_value(value.clone())
+                .map_err(|e| {
+                    bad(format!(
+                        "an affinity report that does not match the schema: {e}"
+                    ))
+                })?;
+            file.what = format!("an affinity report of {} accesses", r.accesses);
+            inputs.affinities.push((path.display().to_string(), r));
+        }
+        serde_json::Value::Object(o)
+            if o.contains_key("a") && o.contains_key("b") && o.contains_key("regions") =>
+        {
+            let c: mgbench_synth::affinity::AffinityComparison =
+                serde_json::from_value(value.clone()).map_err(|e| {
+                    bad(format!(
+                        "an affinity comparison that does not match the schema: {e}"
+                    ))
+                })?;
+            file.what = format!("an affinity comparison of {} and {}", c.a.label, c.b.label);
+            inputs
+                .affinity_comparisons
+                .push((path.display().to_string(), c));
+        }
+        serde_json::Value::Object(o)
+            if o.contains_key("segments") && o.contains_key("intervals") =>
+        {
+            let z: mgbench_synth::affinity::ZoomReport = serde_json::from_value(value.clone())
+                .map_err(|e| bad(format!("a zoom report that does not match the schema: {e}")))?;
+            file.what = format!("a zoom report of {} accesses", z.accesses);
+            inputs.zooms.push((path.display().to_string(), z));
         }
         _ => {
             let configs = mgbench_replay::config::parse_bytes(&bytes, path, &Defaults::default())

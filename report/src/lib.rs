@@ -126,6 +126,12 @@ pub fn render(inputs: &Inputs, cfg: &ReportConfig) -> Result<Report, ReportError
     sections.extend(figures::pattern::sections(&inputs.patterns, &mut ids));
     sections.extend(figures::locality::sections(&inputs.analyses, &mut ids));
     sections.extend(figures::rdx::sections(&inputs.reuses, &mut ids));
+    sections.extend(figures::affinity::sections(&inputs.affinities, &mut ids));
+    sections.extend(figures::affinity::comparison_sections(
+        &inputs.affinity_comparisons,
+        &mut ids,
+    ));
+    sections.extend(figures::affinity::zoom_sections(&inputs.zooms, &mut ids));
     if sections.is_empty() && inputs.streams.is_empty() && inputs.gpu_streams.is_empty() {
         return Err(ReportError::NothingToReport(format!(
             "{} file(s) read",

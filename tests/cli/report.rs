@@ -15,12 +15,24 @@ fn report_writes_one_page_from_a_directory_and_files() {
     let o = mgbench(&["report", d.to_str().unwrap(), "-o", "r.html"], &dir);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("report -> r.html (33 figure(s)"),
+        stderr(&o).contains("report -> r.html (43 figure(s)"),
         "{}",
         stderr(&o)
     );
     let html = std::fs::read_to_string(dir.join("r.html")).unwrap();
     assert!(html.contains("data-fig=\"bandwidth-bandwidth\""));
+    // Affinity (3 heatmaps, signal, PDFs, radar), its comparison (radar, 2 PDFs) and the
+    // zoom's interval tree, from the rowcol fixtures.
+    for fig in [
+        "affinity-heat-sd-",
+        "affinity-heat-sa-",
+        "affinity-heat-si-",
+        "affinity-signal-",
+        "affinity-radar-",
+        "zoom-intervals-",
+    ] {
+        assert!(html.contains(&format!("data-fig=\"{fig}")), "{fig}");
+    }
     // Files given one by one, with a baseline.
     let a = d.join("machine-a-replay.json");
     let c = d.join("machine-c-replay.json");

@@ -2,6 +2,7 @@
 //! the inputs; a figure is an SVG plus the table of the numbers it draws (shown under it in a
 //! `<details>` element, with the same values the results' CSV holds).
 
+pub mod affinity;
 pub mod gpu;
 pub mod locality;
 pub mod machine;
