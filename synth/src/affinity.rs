@@ -500,6 +500,9 @@ pub struct BlockTable {
     pub sd_self: Vec<f64>,
 }
 
+/// A heatmap cell: x (reference index), y (location row), SA, SD, SI (None: no interval).
+pub type HeatCell = (u32, u32, f64, f64, Option<f64>);
+
 /// The three heatmaps' data: reference blocks (hottest first) on x; locations on y: offsets
 /// -radius..=+radius (rows 0..2R) then the hot lines (rows 2R+1..).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -510,7 +513,7 @@ pub struct Heatmap {
     /// Hot line addresses (upper band).
     pub hot_lines: Vec<u64>,
     /// Non-empty cells: [x, y, SA, SD, SI] (SI null where no interval closed).
-    pub cells: Vec<(u32, u32, f64, f64, Option<f64>)>,
+    pub cells: Vec<HeatCell>,
 }
 
 /// A probability histogram of a per-block score.

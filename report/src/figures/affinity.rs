@@ -5,7 +5,7 @@
 //! affinity vectors; for a comparison, both variants' radar and PDFs together.
 
 use mgbench_synth::affinity::{
-    AffinityComparison, AffinityReport, AffinityVector, Pdf, RegionReport, ZoomReport,
+    AffinityComparison, AffinityReport, AffinityVector, HeatCell, Pdf, RegionReport, ZoomReport,
 };
 
 use super::{num, Figure, Ids, Section, Table};
@@ -206,7 +206,7 @@ fn heatmap(g: &RegionReport, what: Heat, base: &str, ids: &mut Ids) -> Figure {
     let h = &g.heatmap;
     let r = f64::from(h.radius);
     let hot = h.hot_lines.len() as f64;
-    let value = |c: &(u32, u32, f64, f64, Option<f64>)| match what {
+    let value = |c: &HeatCell| match what {
         Heat::Sd => Some(c.3),
         Heat::Sa => Some(c.2),
         Heat::Si => c.4,
@@ -246,7 +246,7 @@ fn heatmap(g: &RegionReport, what: Heat, base: &str, ids: &mut Ids) -> Figure {
             Some("hot lines"),
         );
     }
-    let mut cells: Vec<(f64, &(u32, u32, f64, f64, Option<f64>))> = Vec::new();
+    let mut cells: Vec<(f64, &HeatCell)> = Vec::new();
     for c in &h.cells {
         let Some(v) = value(c) else { continue };
         if v <= 0.0 && !matches!(what, Heat::Si) {
