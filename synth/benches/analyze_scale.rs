@@ -266,7 +266,6 @@ fn main() {
     );
 }
 
-/// Trace-driven RDX without the exact pass, and decoding alone, alternated.
 /// Decoding alone, in M accesses/s.
 fn decode_rate(path: &std::path::Path, n: u64, threads: usize) -> f64 {
     use mgbench_capture::trace::{parallel::for_each_frame, Frame, TraceReader};
@@ -346,6 +345,7 @@ fn affinity(
     );
 }
 
+/// Trace-driven RDX without the exact pass, and decoding alone, alternated.
 fn rdx(path: &std::path::Path, n: u64, threads: usize, reps: usize, kind: Kind) {
     use mgbench_capture::trace::{parallel::for_each_frame, Frame, TraceReader};
     use mgbench_synth::rdx::{reuse, ReuseConfig};
@@ -356,18 +356,7 @@ fn rdx(path: &std::path::Path, n: u64, threads: usize, reps: usize, kind: Kind) 
     };
     let (mut rdx_rates, mut decode_rates) = (Vec::new(), Vec::new());
     for rep in 0..reps {
-        let t = Instant::now();
-        let mut seen = 0u64;
-        let reader =
-            TraceReader::open(std::fs::File::open(path).expect("open trace")).expect("read trace");
-        for_each_frame(reader, threads, |f| {
-            if let Frame::Chunk(c) = f {
-                seen += c.accesses.len() as u64;
-            }
-        })
-        .expect("decode");
-        assert_eq!(seen, n);
-        let decode = n as f64 / t.elapsed().as_secs_f64() / 1e6;
+        let decode = decode_rate(path, n, threads);
         let t = Instant::now();
         let r = reuse(path, &cfg).expect("reuse");
         let s = t.elapsed().as_secs_f64();

@@ -999,7 +999,7 @@ pub struct Variant {
     pub total: AffinityVector,
 }
 
-/// Regions of the same hotness rank in both variants.
+/// A region of each variant: touched by the same code, else of the same hotness rank.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RegionPair {
     pub rank: usize,

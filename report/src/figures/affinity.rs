@@ -5,7 +5,8 @@
 //! affinity vectors; for a comparison, both variants' radar and PDFs together.
 
 use mgbench_synth::affinity::{
-    AffinityComparison, AffinityReport, AffinityVector, HeatCell, Pdf, RegionReport, ZoomReport,
+    AffinityComparison, AffinityReport, AffinityVector, HeatCell, Heatmap, Pdf, RegionReport,
+    ZoomReport,
 };
 
 use super::{num, Figure, Ids, Section, Table};
@@ -196,6 +197,15 @@ fn shade(v: f64) -> String {
     format!("rgb({},{},{})", c(0.0), c(114.0), c(178.0))
 }
 
+/// What heatmap row `y` stands for: "+3" (an offset) or "hot 0x..." (a hot line).
+fn location(h: &Heatmap, y: u32) -> String {
+    let r = h.radius as usize;
+    match (y as usize).checked_sub(2 * r + 1) {
+        Some(k) => format!("hot {:#x}", h.hot_lines[k]),
+        None => format!("{:+}", y as i64 - r as i64),
+    }
+}
+
 fn heatmap(g: &RegionReport, what: Heat, base: &str, ids: &mut Ids) -> Figure {
     let (key, label) = match what {
         Heat::Sd => ("sd", "spatial density SD(j|i)"),
@@ -259,14 +269,7 @@ fn heatmap(g: &RegionReport, what: Heat, base: &str, ids: &mut Ids) -> Figure {
             Heat::Si => 1.0 - ((1.0 + v).ln() / (1.0 + max).ln()).min(1.0) * 0.9,
             _ => (v / max).sqrt(),
         };
-        let loc = if c.1 as f64 > 2.0 * r {
-            format!(
-                "hot line {:#x}",
-                h.hot_lines[(c.1 as f64 - 2.0 * r - 1.0) as usize]
-            )
-        } else {
-            format!("offset {:+}", y)
-        };
+        let loc = location(h, c.1);
         p.rect(
             x - 0.5,
             y - 0.5,
@@ -288,17 +291,9 @@ fn heatmap(g: &RegionReport, what: Heat, base: &str, ids: &mut Ids) -> Figure {
     cells.sort_by(|a, b| b.0.total_cmp(&a.0));
     let mut t = Table::new(&["reference", "location", "SA", "SD", "SI"]);
     for (_, c) in cells.iter().take(TABLE_CELLS) {
-        let loc = if c.1 as f64 > 2.0 * r {
-            format!(
-                "hot {:#x}",
-                h.hot_lines[(c.1 as f64 - 2.0 * r - 1.0) as usize]
-            )
-        } else {
-            format!("{:+}", c.1 as i64 - h.radius as i64)
-        };
         t.push(vec![
             format!("{:#x}", h.reference[c.0 as usize]),
-            loc,
+            location(h, c.1),
             num(c.2),
             num(c.3),
             c.4.map_or("-".into(), num),
