@@ -347,7 +347,6 @@ fn affinity(
 
 /// Trace-driven RDX without the exact pass, and decoding alone, alternated.
 fn rdx(path: &std::path::Path, n: u64, threads: usize, reps: usize, kind: Kind) {
-    use mgbench_capture::trace::{parallel::for_each_frame, Frame, TraceReader};
     use mgbench_synth::rdx::{reuse, ReuseConfig};
     let cfg = ReuseConfig {
         exact: false,
