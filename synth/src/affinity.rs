@@ -12,7 +12,7 @@ use std::path::Path;
 
 use mgbench_capture::progress::Progress;
 use mgbench_capture::symbols::Symbolizer;
-use mgbench_capture::trace::{Frame, Mapping, Mode, TraceMeta};
+use mgbench_capture::trace::{Chunk, Frame, Mapping, Mode, TraceMeta};
 use serde::{Deserialize, Serialize};
 
 use crate::fasthash;
@@ -601,6 +601,77 @@ pub struct AffinityReport {
     pub notes: Vec<String>,
 }
 
+/// One worker's regions and its per-thread clocks (time = index of an access in its
+/// thread's sequence).
+struct Feeder {
+    rois: Vec<(usize, Roi)>,
+    /// Accesses its regions hold (for balancing).
+    load: u64,
+    clocks: HashMap<u32, u32, fasthash::Build>,
+    hot_lines: Vec<u64>,
+    block: u64,
+    sampled: bool,
+    /// Accesses per sequence.
+    limit: u32,
+}
+
+impl Feeder {
+    fn end_sequence(&mut self, th: u32) {
+        for (_, r) in &mut self.rois {
+            r.engine.end_sequence(th);
+        }
+    }
+
+    /// Every access of one chunk, in order.
+    fn feed(&mut self, c: &Chunk) {
+        let (hot_lo, hot_hi) = (
+            self.hot_lines.iter().copied().min().unwrap_or(u64::MAX),
+            self.hot_lines.iter().copied().max().map_or(0, |h| h + LINE),
+        );
+        let roi_lo = self.rois.iter().map(|r| r.1.lo).min().unwrap_or(u64::MAX);
+        let roi_hi = self.rois.iter().map(|r| r.1.hi).max().unwrap_or(0);
+        let th = c.thread;
+        let mut clock = self.clocks.get(&th).copied().unwrap_or(0);
+        let mut at = 0usize;
+        for s in &c.samples {
+            // A sample starts a new sequence: intervals never cross its boundary.
+            if self.sampled && clock > 0 {
+                self.end_sequence(th);
+                clock = 0;
+            }
+            let end = (at + s.len as usize).min(c.accesses.len());
+            for a in &c.accesses[at..end] {
+                if clock == self.limit {
+                    self.end_sequence(th);
+                    clock = 0;
+                }
+                clock += 1;
+                let addr = a.addr;
+                if addr >= hot_lo && addr < hot_hi {
+                    let line = addr / LINE * LINE;
+                    for (k, &h) in self.hot_lines.iter().enumerate() {
+                        if h == line {
+                            for (_, r) in &mut self.rois {
+                                r.engine.hot_access(th, clock, k);
+                            }
+                        }
+                    }
+                }
+                if addr >= roi_lo && addr < roi_hi {
+                    for (_, r) in &mut self.rois {
+                        if addr >= r.lo && addr < r.hi {
+                            r.engine
+                                .access(th, clock, ((addr - r.lo) / self.block) as usize);
+                        }
+                    }
+                }
+            }
+            at = end;
+        }
+        self.clocks.insert(th, clock);
+    }
+}
+
 struct Roi {
     id: usize,
     lo: u64,
@@ -639,67 +710,76 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
         });
     }
     drop(layout);
-    let (hot_lo, hot_hi) = (
-        hot_lines.iter().copied().min().unwrap_or(u64::MAX),
-        hot_lines.iter().copied().max().map_or(0, |h| h + LINE),
-    );
-    let roi_lo = rois.iter().map(|r| r.lo).min().unwrap_or(u64::MAX);
-    let roi_hi = rois.iter().map(|r| r.hi).max().unwrap_or(0);
     let sampled = pass.meta.mode != Mode::Full;
     let limit = if cfg.window == 0 {
         u32::MAX - 1
     } else {
         cfg.window
     };
-    let mut clocks: HashMap<u32, u32, fasthash::Build> = HashMap::default();
+    // Regions are independent: split them among workers, the busiest first, each worker
+    // taking the one with the fewest accesses so far; every worker sees every chunk.
+    let workers = cfg.zoom.threads.clamp(1, rois.len().max(1));
+    let mut groups: Vec<Feeder> = (0..workers)
+        .map(|_| Feeder {
+            rois: Vec::new(),
+            load: 0,
+            clocks: HashMap::default(),
+            hot_lines: hot_lines.clone(),
+            block,
+            sampled,
+            limit,
+        })
+        .collect();
+    for (k, roi) in rois.into_iter().enumerate() {
+        let load = zoom.regions[roi.id].accesses;
+        let g = groups
+            .iter_mut()
+            .min_by_key(|g| g.load)
+            .expect("at least one worker");
+        g.load += load;
+        g.rois.push((k, roi));
+    }
     let reader = crate::open(path, &cfg.zoom.progress, "affinity")?;
-    crate::read_frames(reader, path, cfg.zoom.threads, |frame| {
-        let Frame::Chunk(c) = frame else {
-            return;
-        };
-        let th = c.thread;
-        let clock = clocks.entry(th).or_insert(0);
-        let mut at = 0usize;
-        for s in &c.samples {
-            // A sample starts a new sequence: intervals never cross its boundary.
-            if sampled && *clock > 0 {
-                for r in &mut rois {
-                    r.engine.end_sequence(th);
-                }
-                *clock = 0;
+    if workers == 1 {
+        let g = &mut groups[0];
+        crate::read_frames(reader, path, cfg.zoom.threads, |frame| {
+            if let Frame::Chunk(c) = frame {
+                g.feed(c);
             }
-            let end = (at + s.len as usize).min(c.accesses.len());
-            for a in &c.accesses[at..end] {
-                if *clock == limit {
-                    for r in &mut rois {
-                        r.engine.end_sequence(th);
+        })?;
+    } else {
+        let result = std::thread::scope(|scope| {
+            let mut senders = Vec::new();
+            let mut handles = Vec::new();
+            for mut g in groups.drain(..) {
+                let (tx, rx) = std::sync::mpsc::sync_channel::<std::sync::Arc<Chunk>>(8);
+                senders.push(tx);
+                handles.push(scope.spawn(move || {
+                    for c in rx {
+                        g.feed(&c);
                     }
-                    *clock = 0;
-                }
-                *clock += 1;
-                let t = *clock;
-                let addr = a.addr;
-                if addr >= hot_lo && addr < hot_hi {
-                    let line = addr / LINE * LINE;
-                    for (k, &h) in hot_lines.iter().enumerate() {
-                        if h == line {
-                            for r in &mut rois {
-                                r.engine.hot_access(th, t, k);
-                            }
-                        }
-                    }
-                }
-                if addr >= roi_lo && addr < roi_hi {
-                    for r in &mut rois {
-                        if addr >= r.lo && addr < r.hi {
-                            r.engine.access(th, t, ((addr - r.lo) / block) as usize);
-                        }
-                    }
-                }
+                    g
+                }));
             }
-            at = end;
-        }
-    })?;
+            let r = crate::read_frames(reader, path, cfg.zoom.threads, |frame| {
+                if let Frame::Chunk(c) = frame {
+                    let c = std::sync::Arc::new(c.clone());
+                    for tx in &senders {
+                        // A worker only stops early by panicking, which join reports.
+                        let _ = tx.send(c.clone());
+                    }
+                }
+            });
+            drop(senders);
+            for h in handles {
+                groups.push(h.join().expect("affinity worker panicked"));
+            }
+            r
+        });
+        result?;
+    }
+    let mut rois: Vec<(usize, Roi)> = groups.into_iter().flat_map(|g| g.rois).collect();
+    rois.sort_by_key(|r| r.0);
     let mut notes = zoom.notes.clone();
     if sampled {
         notes.push(
@@ -721,7 +801,7 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
     notes
         .push("SD(j|i) = accesses to j within i's lifetime / L(i) (MemFriend's Eq. 5 form)".into());
     let mut regions = Vec::new();
-    for mut roi in rois {
+    for (_, mut roi) in rois {
         roi.engine.finish();
         let z = &zoom.regions[roi.id];
         regions.push(region_report(cfg, &mut roi, z, &hot_lines));
