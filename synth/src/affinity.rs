@@ -616,6 +616,24 @@ struct Feeder {
 }
 
 impl Feeder {
+    /// Ends every sequence and scores each region: (its index among the regions of
+    /// interest, its report).
+    fn reports(
+        self,
+        cfg: &AffinityConfig,
+        zoom_regions: &[ZoomRegion],
+        hot_lines: &[u64],
+    ) -> Vec<(usize, RegionReport)> {
+        self.rois
+            .into_iter()
+            .map(|(k, mut roi)| {
+                roi.engine.finish();
+                let z = &zoom_regions[roi.id];
+                (k, region_report(cfg, &mut roi, z, hot_lines))
+            })
+            .collect()
+    }
+
     fn end_sequence(&mut self, th: u32) {
         for (_, r) in &mut self.rois {
             r.engine.end_sequence(th);
@@ -716,9 +734,14 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
     } else {
         cfg.window
     };
-    // Regions are independent: split them among workers, the busiest first, each worker
-    // taking the one with the fewest accesses so far; every worker sees every chunk.
-    let workers = cfg.zoom.threads.clamp(1, rois.len().max(1));
+    // Regions are independent: one worker each (the OS shares the cores among them, so an
+    // expensive region does not hold up a core's others), every worker seeing every chunk.
+    // With one decode thread, one worker does it all.
+    let workers = if cfg.zoom.threads <= 1 {
+        1
+    } else {
+        rois.len().clamp(1, 16)
+    };
     let mut groups: Vec<Feeder> = (0..workers)
         .map(|_| Feeder {
             rois: Vec::new(),
@@ -740,13 +763,17 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
         g.rois.push((k, roi));
     }
     let reader = crate::open(path, &cfg.zoom.progress, "affinity")?;
+    // Each worker also scores its own regions once the chunks end.
+    let (zr, hl) = (&zoom.regions, &hot_lines);
+    let mut done: Vec<(usize, RegionReport)> = Vec::new();
     if workers == 1 {
-        let g = &mut groups[0];
+        let mut g = groups.pop().expect("one worker");
         crate::read_frames(reader, path, cfg.zoom.threads, |frame| {
             if let Frame::Chunk(c) = frame {
                 g.feed(c);
             }
         })?;
+        done = g.reports(cfg, zr, hl);
     } else {
         let result = std::thread::scope(|scope| {
             let mut senders = Vec::new();
@@ -758,7 +785,7 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
                     for c in rx {
                         g.feed(&c);
                     }
-                    g
+                    g.reports(cfg, zr, hl)
                 }));
             }
             let r = crate::read_frames(reader, path, cfg.zoom.threads, |frame| {
@@ -772,14 +799,14 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
             });
             drop(senders);
             for h in handles {
-                groups.push(h.join().expect("affinity worker panicked"));
+                done.extend(h.join().expect("affinity worker panicked"));
             }
             r
         });
         result?;
     }
-    let mut rois: Vec<(usize, Roi)> = groups.into_iter().flat_map(|g| g.rois).collect();
-    rois.sort_by_key(|r| r.0);
+    done.sort_by_key(|r| r.0);
+    let regions: Vec<RegionReport> = done.into_iter().map(|r| r.1).collect();
     let mut notes = zoom.notes.clone();
     if sampled {
         notes.push(
@@ -800,12 +827,6 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
     ));
     notes
         .push("SD(j|i) = accesses to j within i's lifetime / L(i) (MemFriend's Eq. 5 form)".into());
-    let mut regions = Vec::new();
-    for (_, mut roi) in rois {
-        roi.engine.finish();
-        let z = &zoom.regions[roi.id];
-        regions.push(region_report(cfg, &mut roi, z, &hot_lines));
-    }
     let mut total = AffinityVector::default();
     let (mut rd_w, mut rd_n) = (0.0, 0u64);
     for r in &regions {
