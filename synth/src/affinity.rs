@@ -601,85 +601,70 @@ pub struct AffinityReport {
     pub notes: Vec<String>,
 }
 
-/// One worker's regions and its per-thread clocks (time = index of an access in its
-/// thread's sequence).
-struct Feeder {
-    rois: Vec<(usize, Roi)>,
-    /// Accesses its regions hold (for balancing).
-    load: u64,
-    clocks: HashMap<u32, u32, fasthash::Build>,
+/// What the regions' engines are told, per access of interest: (thread, time, what), what
+/// being a block of the region, [`HOT`] | k for hot line k, or [`END`] (the thread's
+/// sequence ends; time unused).
+type Event = (u32, u32, u32);
+const HOT: u32 = 1 << 31;
+const END: u32 = u32::MAX;
+
+/// Turns chunks into each region's events: keeps every thread's clock (time = index of an
+/// access in its thread's sequence), cuts sequences at samples and windows, and sends each
+/// region only the accesses that fall in it (and every hot-line access).
+struct Router {
+    spans: Vec<(u64, u64)>,
     hot_lines: Vec<u64>,
     block: u64,
     sampled: bool,
     /// Accesses per sequence.
     limit: u32,
+    clocks: HashMap<u32, u32, fasthash::Build>,
 }
 
-impl Feeder {
-    /// Ends every sequence and scores each region: (its index among the regions of
-    /// interest, its report).
-    fn reports(
-        self,
-        cfg: &AffinityConfig,
-        zoom_regions: &[ZoomRegion],
-        hot_lines: &[u64],
-    ) -> Vec<(usize, RegionReport)> {
-        self.rois
-            .into_iter()
-            .map(|(k, mut roi)| {
-                roi.engine.finish();
-                let z = &zoom_regions[roi.id];
-                (k, region_report(cfg, &mut roi, z, hot_lines))
-            })
-            .collect()
-    }
-
-    fn end_sequence(&mut self, th: u32) {
-        for (_, r) in &mut self.rois {
-            r.engine.end_sequence(th);
+impl Router {
+    fn end(out: &mut [Vec<Event>], th: u32) {
+        for o in out.iter_mut() {
+            o.push((th, 0, END));
         }
     }
 
-    /// Every access of one chunk, in order.
-    fn feed(&mut self, c: &Chunk) {
+    /// One chunk's events, per region (appended to `out`).
+    fn route(&mut self, c: &Chunk, out: &mut [Vec<Event>]) {
         let (hot_lo, hot_hi) = (
             self.hot_lines.iter().copied().min().unwrap_or(u64::MAX),
             self.hot_lines.iter().copied().max().map_or(0, |h| h + LINE),
         );
-        let roi_lo = self.rois.iter().map(|r| r.1.lo).min().unwrap_or(u64::MAX);
-        let roi_hi = self.rois.iter().map(|r| r.1.hi).max().unwrap_or(0);
+        let lo = self.spans.iter().map(|r| r.0).min().unwrap_or(u64::MAX);
+        let hi = self.spans.iter().map(|r| r.1).max().unwrap_or(0);
         let th = c.thread;
         let mut clock = self.clocks.get(&th).copied().unwrap_or(0);
         let mut at = 0usize;
         for s in &c.samples {
             // A sample starts a new sequence: intervals never cross its boundary.
             if self.sampled && clock > 0 {
-                self.end_sequence(th);
+                Self::end(out, th);
                 clock = 0;
             }
             let end = (at + s.len as usize).min(c.accesses.len());
             for a in &c.accesses[at..end] {
                 if clock == self.limit {
-                    self.end_sequence(th);
+                    Self::end(out, th);
                     clock = 0;
                 }
                 clock += 1;
                 let addr = a.addr;
                 if addr >= hot_lo && addr < hot_hi {
                     let line = addr / LINE * LINE;
-                    for (k, &h) in self.hot_lines.iter().enumerate() {
-                        if h == line {
-                            for (_, r) in &mut self.rois {
-                                r.engine.hot_access(th, clock, k);
-                            }
+                    if let Some(k) = self.hot_lines.iter().position(|&h| h == line) {
+                        for o in out.iter_mut() {
+                            o.push((th, clock, HOT | k as u32));
                         }
                     }
                 }
-                if addr >= roi_lo && addr < roi_hi {
-                    for (_, r) in &mut self.rois {
-                        if addr >= r.lo && addr < r.hi {
-                            r.engine
-                                .access(th, clock, ((addr - r.lo) / self.block) as usize);
+                if addr >= lo && addr < hi {
+                    for (r, o) in self.spans.iter().zip(out.iter_mut()) {
+                        if addr >= r.0 && addr < r.1 {
+                            o.push((th, clock, ((addr - r.0) / self.block) as u32));
                         }
                     }
                 }
@@ -687,6 +672,32 @@ impl Feeder {
             at = end;
         }
         self.clocks.insert(th, clock);
+    }
+}
+
+impl Roi {
+    fn apply(&mut self, events: &[Event]) {
+        for &(th, t, what) in events {
+            if what == END {
+                self.engine.end_sequence(th);
+            } else if what & HOT != 0 {
+                self.engine.hot_access(th, t, (what & !HOT) as usize);
+            } else {
+                self.engine.access(th, t, what as usize);
+            }
+        }
+    }
+
+    /// Ends every sequence and scores the region.
+    fn report(
+        mut self,
+        cfg: &AffinityConfig,
+        zoom_regions: &[ZoomRegion],
+        hot_lines: &[u64],
+    ) -> RegionReport {
+        self.engine.finish();
+        let z = &zoom_regions[self.id];
+        region_report(cfg, &mut self, z, hot_lines)
     }
 }
 
@@ -735,71 +746,71 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
         cfg.window
     };
     // Regions are independent: one worker each (the OS shares the cores among them, so an
-    // expensive region does not hold up a core's others), every worker seeing every chunk.
-    // With one decode thread, one worker does it all.
-    let workers = if cfg.zoom.threads <= 1 {
-        1
-    } else {
-        rois.len().clamp(1, 16)
+    // expensive region does not hold up others), fed its own events by the decoding thread.
+    // With one decode thread, everything runs on it.
+    let mut router = Router {
+        spans: rois.iter().map(|r| (r.lo, r.hi)).collect(),
+        hot_lines: hot_lines.clone(),
+        block,
+        sampled,
+        limit,
+        clocks: HashMap::default(),
     };
-    let mut groups: Vec<Feeder> = (0..workers)
-        .map(|_| Feeder {
-            rois: Vec::new(),
-            load: 0,
-            clocks: HashMap::default(),
-            hot_lines: hot_lines.clone(),
-            block,
-            sampled,
-            limit,
-        })
-        .collect();
-    for (k, roi) in rois.into_iter().enumerate() {
-        let load = zoom.regions[roi.id].accesses;
-        let g = groups
-            .iter_mut()
-            .min_by_key(|g| g.load)
-            .expect("at least one worker");
-        g.load += load;
-        g.rois.push((k, roi));
-    }
     let reader = crate::open(path, &cfg.zoom.progress, "affinity")?;
-    // Each worker also scores its own regions once the chunks end.
     let (zr, hl) = (&zoom.regions, &hot_lines);
     let mut done: Vec<(usize, RegionReport)> = Vec::new();
-    if workers == 1 {
-        let mut g = groups.pop().expect("one worker");
+    let mut out: Vec<Vec<Event>> = vec![Vec::new(); rois.len()];
+    if cfg.zoom.threads <= 1 || rois.len() <= 1 {
         crate::read_frames(reader, path, cfg.zoom.threads, |frame| {
             if let Frame::Chunk(c) = frame {
-                g.feed(c);
+                router.route(c, &mut out);
+                for (r, o) in rois.iter_mut().zip(out.iter_mut()) {
+                    r.apply(o);
+                    o.clear();
+                }
             }
         })?;
-        done = g.reports(cfg, zr, hl);
+        done = rois
+            .into_iter()
+            .enumerate()
+            .map(|(k, r)| (k, r.report(cfg, zr, hl)))
+            .collect();
     } else {
         let result = std::thread::scope(|scope| {
             let mut senders = Vec::new();
+            let mut returns = Vec::new();
             let mut handles = Vec::new();
-            for mut g in groups.drain(..) {
-                let (tx, rx) = std::sync::mpsc::sync_channel::<std::sync::Arc<Chunk>>(8);
+            for (k, mut roi) in rois.into_iter().enumerate() {
+                let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Event>>(16);
+                // Emptied buffers come back for reuse: freeing large ones on one core and
+                // allocating on another costs page faults and TLB shootdowns.
+                let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<Event>>();
                 senders.push(tx);
+                returns.push(back_rx);
                 handles.push(scope.spawn(move || {
-                    for c in rx {
-                        g.feed(&c);
+                    for mut events in rx {
+                        roi.apply(&events);
+                        events.clear();
+                        let _ = back_tx.send(events);
                     }
-                    g.reports(cfg, zr, hl)
+                    (k, roi.report(cfg, zr, hl))
                 }));
             }
             let r = crate::read_frames(reader, path, cfg.zoom.threads, |frame| {
                 if let Frame::Chunk(c) = frame {
-                    let c = std::sync::Arc::new(c.clone());
-                    for tx in &senders {
-                        // A worker only stops early by panicking, which join reports.
-                        let _ = tx.send(c.clone());
+                    router.route(c, &mut out);
+                    for ((tx, back), o) in senders.iter().zip(&returns).zip(out.iter_mut()) {
+                        if !o.is_empty() {
+                            let spare = back.try_recv().unwrap_or_default();
+                            // A worker only stops early by panicking, which join reports.
+                            let _ = tx.send(std::mem::replace(o, spare));
+                        }
                     }
                 }
             });
             drop(senders);
             for h in handles {
-                done.extend(h.join().expect("affinity worker panicked"));
+                done.push(h.join().expect("affinity worker panicked"));
             }
             r
         });
