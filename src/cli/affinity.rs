@@ -246,12 +246,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 }
 
 fn bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
-    }
+    mgbench_replay::plan::human_bytes(u128::from(b))
 }
 
 fn zoom_table(r: &ZoomReport, out: &mut dyn Write) -> std::io::Result<()> {
