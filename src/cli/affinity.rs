@@ -264,10 +264,11 @@ fn zoom_table(r: &ZoomReport, out: &mut dyn Write) -> std::io::Result<()> {
             s.tree.range,
             100.0 * s.share,
             bytes(s.footprint_bytes),
-            s.mapping
-                .as_deref()
-                .filter(|m| !m.is_empty())
-                .unwrap_or("(anonymous)")
+            match s.mapping.as_deref() {
+                None => "(not in the trace's mappings)",
+                Some("") => "(anonymous)",
+                Some(m) => m,
+            }
         )?;
     }
     writeln!(
