@@ -16,7 +16,9 @@ use mgbench_capture::trace::{Chunk, Frame, Mapping, Mode, TraceMeta};
 use serde::{Deserialize, Serialize};
 
 use crate::fasthash;
-use crate::locality::affinity::{AffinityParams, BlockScores, PairMetrics, RegionAffinity};
+use crate::locality::affinity::{
+    AffinityParams, BlockScores, Location, PairMetrics, RegionAffinity,
+};
 use crate::locality::zoom::{zoom_range, Census, IntervalNode, Layout, ZoomNode, ZoomParams, LINE};
 use crate::SynthError;
 
@@ -918,16 +920,65 @@ fn region_report(
     let radius = cfg.params.radius as i64;
     let n = e.blocks();
     let max_a = (0..n).map(|b| e.accesses(b)).max().unwrap_or(0);
+    // Hotness order: the heatmaps' x axis and the hot cluster.
+    let touched: Vec<usize> = (0..n).filter(|&b| e.accesses(b) > 0).collect();
+    let mut by_hot = touched.clone();
+    by_hot.sort_by(|&a, &b| e.accesses(b).cmp(&e.accesses(a)).then(a.cmp(&b)));
+    // Heatmaps over the hottest reference blocks.
+    let mut heat = Heatmap {
+        radius: cfg.params.radius,
+        hot_lines: hot_lines.to_vec(),
+        ..Default::default()
+    };
+    // Candidates for the strongest pairs: (reference, location, metrics); the location is
+    // an offset, or radius + 1 + k for hot line k. Labelled once the top ones are known.
+    let mut top: Vec<(usize, i64, PairMetrics, f64)> = Vec::new();
+    let ai_of = |b: usize| e.accesses(b) as f64 / max_a.max(1) as f64;
+    let keep = cfg.top_pairs.max(1);
+    let by_weight = |a: &(usize, i64, PairMetrics, f64), b: &(usize, i64, PairMetrics, f64)| {
+        b.3.total_cmp(&a.3)
+    };
+    // One pass over every pair: block scores, heatmap cells and candidates together.
+    let mut scores = vec![BlockScores::default(); n];
+    for (x, &b) in by_hot.iter().enumerate() {
+        let on_map = x < cfg.heatmap_blocks;
+        if on_map {
+            heat.reference.push(roi.lo + b as u64 * block);
+            heat.reference_accesses.push(e.accesses(b));
+        }
+        let ai = ai_of(b);
+        scores[b] = e.block_scores_with(b, max_a, |loc, p, m| {
+            if p.intervals == 0 && p.in_lifetime == 0 {
+                return;
+            }
+            let (y, candidate) = match loc {
+                Location::Offset(off) => ((off + radius) as u32, (off != 0).then_some(off)),
+                Location::Hot(k) => (
+                    (2 * radius + 1) as u32 + k as u32,
+                    Some(radius + 1 + k as i64),
+                ),
+            };
+            if on_map {
+                heat.cells
+                    .push((x as u32, y, sig4(m.sa), sig4(m.sd), m.si.map(sig4)));
+            }
+            if let Some(c) = candidate {
+                top.push((b, c, m, ai * m.gamma * m.sa));
+            }
+        });
+        // Keep the candidate list short as it grows.
+        if top.len() > 64 * keep {
+            top.select_nth_unstable_by(keep - 1, by_weight);
+            top.truncate(keep);
+        }
+    }
+    // The block table, in address order.
     let mut table = BlockTable::default();
     let mut v = AffinityVector::default();
     let (mut reuses, mut rd_sum) = (0u64, 0.0f64);
-    let mut scores: Vec<(usize, BlockScores)> = Vec::new();
-    for b in 0..n {
+    for &b in &touched {
         let a = e.accesses(b);
-        if a == 0 {
-            continue;
-        }
-        let s = e.block_scores(b, max_a);
+        let s = scores[b];
         let (ri, rd) = e.reuse(b);
         let (nr, _, rds) = e.reuse_sums(b);
         reuses += nr;
@@ -951,7 +1002,6 @@ fn region_report(
         table.sd_next.push(s.sd_next);
         table.sa_self.push(s.sa_self);
         table.sd_self.push(s.sd_self);
-        scores.push((b, s));
     }
     v.rd = (reuses > 0).then(|| rd_sum / reuses as f64);
     for col in [
@@ -970,72 +1020,6 @@ fn region_report(
     for col in [&mut table.ri, &mut table.rd] {
         for x in col.iter_mut().flatten() {
             *x = sig4(*x);
-        }
-    }
-    // Hotness order.
-    let mut by_hot: Vec<usize> = scores.iter().map(|s| s.0).collect();
-    by_hot.sort_by(|&a, &b| e.accesses(b).cmp(&e.accesses(a)).then(a.cmp(&b)));
-    // Heatmaps over the hottest reference blocks.
-    let mut heat = Heatmap {
-        radius: cfg.params.radius,
-        hot_lines: hot_lines.to_vec(),
-        ..Default::default()
-    };
-    // Candidates for the strongest pairs: (reference, location, metrics); the location is
-    // an offset, or radius + 1 + k for hot line k. Labelled once the top ones are known.
-    let mut top: Vec<(usize, i64, PairMetrics, f64)> = Vec::new();
-    let ai_of = |b: usize| e.accesses(b) as f64 / max_a.max(1) as f64;
-    let keep = cfg.top_pairs.max(1);
-    let by_weight = |a: &(usize, i64, PairMetrics, f64), b: &(usize, i64, PairMetrics, f64)| {
-        b.3.total_cmp(&a.3)
-    };
-    for (x, &b) in by_hot.iter().enumerate() {
-        let on_map = x < cfg.heatmap_blocks;
-        if on_map {
-            heat.reference.push(roi.lo + b as u64 * block);
-            heat.reference_accesses.push(e.accesses(b));
-        }
-        let ai = ai_of(b);
-        for off in -radius..=radius {
-            let p = e.pair(b, off);
-            if p.intervals == 0 && p.in_lifetime == 0 {
-                continue;
-            }
-            let m = e.metrics(b, p);
-            if on_map {
-                heat.cells.push((
-                    x as u32,
-                    (off + radius) as u32,
-                    sig4(m.sa),
-                    sig4(m.sd),
-                    m.si.map(sig4),
-                ));
-            }
-            if off != 0 {
-                top.push((b, off, m, ai * m.gamma * m.sa));
-            }
-        }
-        for k in 0..hot_lines.len() {
-            let Some(p) = e.hot_pair(b, k) else { continue };
-            if p.intervals == 0 && p.in_lifetime == 0 {
-                continue;
-            }
-            let m = e.metrics(b, p);
-            if on_map {
-                heat.cells.push((
-                    x as u32,
-                    (2 * radius + 1) as u32 + k as u32,
-                    sig4(m.sa),
-                    sig4(m.sd),
-                    m.si.map(sig4),
-                ));
-            }
-            top.push((b, radius + 1 + k as i64, m, ai * m.gamma * m.sa));
-        }
-        // Keep the candidate list short as it grows.
-        if top.len() > 64 * keep {
-            top.select_nth_unstable_by(keep - 1, by_weight);
-            top.truncate(keep);
         }
     }
     top.sort_by(by_weight);
@@ -1067,8 +1051,7 @@ fn region_report(
         acc += e.accesses(b);
         cluster.push(b);
     }
-    let idx: HashMap<usize, BlockScores> = scores.iter().copied().collect();
-    let cl: Vec<BlockScores> = cluster.iter().map(|b| idx[b]).collect();
+    let cl: Vec<BlockScores> = cluster.iter().map(|&b| scores[b]).collect();
     let pdfs = Pdfs {
         hot_cluster_blocks: cluster.len(),
         sa_realized: pdf(&cl.iter().map(|s| s.sa_realized).collect::<Vec<_>>(), 20),

@@ -594,6 +594,18 @@ impl RegionAffinity {
     /// Scores of reference block i: (realized SA*, realized SD*, potential SA*, potential
     /// SD*), already weighted by AI(i) = A(i) / `max_a`.
     pub fn block_scores(&self, i: usize, max_a: u64) -> BlockScores {
+        self.block_scores_with(i, max_a, |_, _, _| {})
+    }
+
+    /// [`block_scores`](Self::block_scores), also handing every location of block i to
+    /// `each` with its counters and metrics (offsets -R..=R, then the hot lines that are not
+    /// offsets), so that callers listing pairs need not compute them again.
+    pub fn block_scores_with(
+        &self,
+        i: usize,
+        max_a: u64,
+        mut each: impl FnMut(Location, PairCounts, PairMetrics),
+    ) -> BlockScores {
         let ai = if max_a > 0 {
             self.accesses[i] as f64 / max_a as f64
         } else {
@@ -602,7 +614,9 @@ impl RegionAffinity {
         let r = self.params.radius as i64;
         let mut s = BlockScores::default();
         for off in -r..=r {
-            let m = self.metrics(i, self.pair(i, off));
+            let p = self.pair(i, off);
+            let m = self.metrics(i, p);
+            each(Location::Offset(off), p, m);
             let sa = ai * m.gamma * m.sa;
             let sd = ai * m.gamma * m.sd;
             if off != 0 {
@@ -630,6 +644,7 @@ impl RegionAffinity {
         for k in 0..self.hot_block.len() {
             if let Some(p) = self.hot_pair(i, k) {
                 let m = self.metrics(i, p);
+                each(Location::Hot(k), p, m);
                 s.sa_potential += ai * m.gamma * m.sa;
                 s.sa_realized += ai * m.gamma * m.sa;
                 s.sd_potential += ai * m.gamma * m.sd;
@@ -638,6 +653,15 @@ impl RegionAffinity {
         }
         s
     }
+}
+
+/// An affinity location of a reference block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// j = i + offset.
+    Offset(i64),
+    /// Absolute location (hot line) k.
+    Hot(usize),
 }
 
 /// One reference block's weighted scores.
