@@ -615,6 +615,9 @@ const END: u32 = u32::MAX;
 /// region only the accesses that fall in it (and every hot-line access).
 struct Router {
     spans: Vec<(u64, u64)>,
+    /// All regions' and all hot lines' bytes lie within these (a cheap first test).
+    span: (u64, u64),
+    hot_span: (u64, u64),
     hot_lines: Vec<u64>,
     block: u64,
     sampled: bool,
@@ -630,14 +633,35 @@ impl Router {
         }
     }
 
+    fn new(
+        spans: Vec<(u64, u64)>,
+        hot_lines: Vec<u64>,
+        block: u64,
+        sampled: bool,
+        limit: u32,
+    ) -> Router {
+        Router {
+            span: (
+                spans.iter().map(|r| r.0).min().unwrap_or(u64::MAX),
+                spans.iter().map(|r| r.1).max().unwrap_or(0),
+            ),
+            hot_span: (
+                hot_lines.iter().copied().min().unwrap_or(u64::MAX),
+                hot_lines.iter().copied().max().map_or(0, |h| h + LINE),
+            ),
+            spans,
+            hot_lines,
+            block,
+            sampled,
+            limit,
+            clocks: HashMap::default(),
+        }
+    }
+
     /// One chunk's events, per region (appended to `out`).
     fn route(&mut self, c: &Chunk, out: &mut [Vec<Event>]) {
-        let (hot_lo, hot_hi) = (
-            self.hot_lines.iter().copied().min().unwrap_or(u64::MAX),
-            self.hot_lines.iter().copied().max().map_or(0, |h| h + LINE),
-        );
-        let lo = self.spans.iter().map(|r| r.0).min().unwrap_or(u64::MAX);
-        let hi = self.spans.iter().map(|r| r.1).max().unwrap_or(0);
+        let (hot_lo, hot_hi) = self.hot_span;
+        let (lo, hi) = self.span;
         let th = c.thread;
         let mut clock = self.clocks.get(&th).copied().unwrap_or(0);
         let mut at = 0usize;
@@ -750,14 +774,13 @@ pub fn affinity(path: &Path, cfg: &AffinityConfig) -> Result<AffinityReport, Syn
     // Regions are independent: one worker each (the OS shares the cores among them, so an
     // expensive region does not hold up others), fed its own events by the decoding thread.
     // With one decode thread, everything runs on it.
-    let mut router = Router {
-        spans: rois.iter().map(|r| (r.lo, r.hi)).collect(),
-        hot_lines: hot_lines.clone(),
+    let mut router = Router::new(
+        rois.iter().map(|r| (r.lo, r.hi)).collect(),
+        hot_lines.clone(),
         block,
         sampled,
         limit,
-        clocks: HashMap::default(),
-    };
+    );
     let reader = crate::open(path, &cfg.zoom.progress, "affinity")?;
     let (zr, hl) = (&zoom.regions, &hot_lines);
     let mut done: Vec<(usize, RegionReport)> = Vec::new();
