@@ -222,6 +222,11 @@ fn cell_get(cell: u64) -> (u64, u64) {
     (cell & ((1 << COUNT_BITS) - 1), cell >> COUNT_BITS)
 }
 
+/// Whether block number `x` is one of block `b`'s offsets (within `radius` blocks).
+fn within_radius(x: u64, b: u64, radius: u32) -> bool {
+    x.abs_diff(b) <= u64::from(radius)
+}
+
 /// Number of times in the sorted `times` within (lo, hi].
 fn count_in(times: &[u32], lo: u32, hi: u32) -> u32 {
     (times.partition_point(|&x| x <= hi) - times.partition_point(|&x| x <= lo)) as u32
@@ -301,7 +306,7 @@ impl RegionAffinity {
 
     /// Whether absolute location `k` is already one of block `b`'s offsets.
     fn near(&self, b: usize, k: usize) -> bool {
-        self.hot_block[k].abs_diff(self.first + b as u64) <= u64::from(self.params.radius)
+        within_radius(self.hot_block[k], self.first + b as u64, self.params.radius)
     }
 
     /// An access of `thread` at time `t` (1-based, increasing within the sequence) to
@@ -407,7 +412,7 @@ impl RegionAffinity {
         // Absolute locations, lazily: an interval (b, k) opened at f closed at the first
         // access to k after f, if k has been accessed since; this access then opens the next.
         for k in 0..h {
-            if self.hot_block[k].abs_diff(self.first + b as u64) <= r as u64 {
+            if within_radius(self.hot_block[k], self.first + b as u64, self.params.radius) {
                 continue;
             }
             let f = seq.open[b * h + k];
