@@ -222,6 +222,14 @@ fn cell_get(cell: u64) -> (u64, u64) {
     (cell & ((1 << COUNT_BITS) - 1), cell >> COUNT_BITS)
 }
 
+/// The interval of a reference block opened at time `f` and closed by the first access to
+/// a hot line after it: its length (accesses strictly between, not counting the block's own,
+/// from its sorted `times`), or None while the hot line (`hot_times`) has not come.
+fn hot_interval(hot_times: &[u32], times: &[u32], f: u32) -> Option<u32> {
+    let c = *hot_times.get(hot_times.partition_point(|&x| x <= f))?;
+    Some(c - f - 1 - count_in(times, f, c - 1))
+}
+
 /// Whether block number `x` is one of block `b`'s offsets (within `radius` blocks).
 fn within_radius(x: u64, b: u64, radius: u32) -> bool {
     x.abs_diff(b) <= u64::from(radius)
@@ -418,11 +426,8 @@ impl RegionAffinity {
             let f = seq.open[b * h + k];
             if f == 0 {
                 seq.open[b * h + k] = t;
-            } else if seq.hot_times[k].last().is_some_and(|&x| x > f) {
-                let ht = &seq.hot_times[k];
-                let c = ht[ht.partition_point(|&x| x <= f)];
-                let between = count_in(&seq.times[b], f, c - 1);
-                cell_add(&mut self.hot_si[row * h + k], c - f - 1 - between);
+            } else if let Some(len) = hot_interval(&seq.hot_times[k], &seq.times[b], f) {
+                cell_add(&mut self.hot_si[row * h + k], len);
                 seq.open[b * h + k] = t;
             }
         }
@@ -486,10 +491,10 @@ impl RegionAffinity {
                     self.hot_sd[row * h + k] += count_in(ht, first, last);
                 }
                 let f = seq.open[i * h + k];
-                if f != 0 && ht.last().is_some_and(|&x| x > f) {
-                    let c = ht[ht.partition_point(|&x| x <= f)];
-                    let between = count_in(ti, f, c - 1);
-                    cell_add(&mut self.hot_si[row * h + k], c - f - 1 - between);
+                if f != 0 {
+                    if let Some(len) = hot_interval(ht, ti, f) {
+                        cell_add(&mut self.hot_si[row * h + k], len);
+                    }
                 }
             }
         }
