@@ -947,28 +947,38 @@ fn region_report(
     let touched: Vec<usize> = (0..n).filter(|&b| e.accesses(b) > 0).collect();
     let mut by_hot = touched.clone();
     by_hot.sort_by(|&a, &b| e.accesses(b).cmp(&e.accesses(a)).then(a.cmp(&b)));
+    let mut rank = vec![usize::MAX; n];
+    for (x, &b) in by_hot.iter().enumerate() {
+        rank[b] = x;
+    }
     // Heatmaps over the hottest reference blocks.
     let mut heat = Heatmap {
         radius: cfg.params.radius,
         hot_lines: hot_lines.to_vec(),
         ..Default::default()
     };
+    for &b in by_hot.iter().take(cfg.heatmap_blocks) {
+        heat.reference.push(roi.lo + b as u64 * block);
+        heat.reference_accesses.push(e.accesses(b));
+    }
     // Candidates for the strongest pairs: (reference, location, metrics); the location is
     // an offset, or radius + 1 + k for hot line k. Labelled once the top ones are known.
     let mut top: Vec<(usize, i64, PairMetrics, f64)> = Vec::new();
     let ai_of = |b: usize| e.accesses(b) as f64 / max_a.max(1) as f64;
     let keep = cfg.top_pairs.max(1);
+    // Heavier first; ties by hotter reference block, then by location.
     let by_weight = |a: &(usize, i64, PairMetrics, f64), b: &(usize, i64, PairMetrics, f64)| {
-        b.3.total_cmp(&a.3)
+        (b.3.total_cmp(&a.3))
+            .then(rank[a.0].cmp(&rank[b.0]))
+            .then(a.1.cmp(&b.1))
     };
-    // One pass over every pair: block scores, heatmap cells and candidates together.
+    // One pass over every pair: block scores, heatmap cells and candidates together, in
+    // address order (block b + 1 reads the cache lines of b's pairs again: the counters of
+    // (i, i + off) lie in i + off's row).
     let mut scores = vec![BlockScores::default(); n];
-    for (x, &b) in by_hot.iter().enumerate() {
+    for &b in &touched {
+        let x = rank[b];
         let on_map = x < cfg.heatmap_blocks;
-        if on_map {
-            heat.reference.push(roi.lo + b as u64 * block);
-            heat.reference_accesses.push(e.accesses(b));
-        }
         let ai = ai_of(b);
         scores[b] = e.block_scores_with(b, max_a, |loc, p, m| {
             if p.intervals == 0 && p.in_lifetime == 0 {
@@ -995,6 +1005,7 @@ fn region_report(
             top.truncate(keep);
         }
     }
+    heat.cells.sort_unstable_by_key(|c| (c.0, c.1));
     // The block table, in address order.
     let mut table = BlockTable::default();
     let mut v = AffinityVector::default();

@@ -25,6 +25,7 @@ mod fasthash;
 pub mod locality;
 pub mod rdx;
 pub mod record;
+mod sys;
 pub mod window;
 
 use std::collections::HashMap;

@@ -238,6 +238,9 @@ fn zoom_finds_the_array_and_its_phases() {
         .unwrap()
         .contains("sum_rows"));
     assert!(f(&top["share"]) > 0.9, "{top}");
+    // malloc mmaps the array after start-up: the capture sends the mappings again, so it is
+    // heap, not unmapped.
+    assert_eq!(top["class"], "heap", "{top}");
     // The interval tree: 256 leaves, 9 levels; the root holds every access and the whole
     // footprint, which is the sum of the lines touched first in each leaf.
     let levels = v["intervals"].as_array().unwrap();

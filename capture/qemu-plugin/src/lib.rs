@@ -480,13 +480,37 @@ fn note_mappings(p: &Plugin, vaddr: u64) {
         return;
     }
     let maps = read_proc_maps();
-    known.clear();
-    known.extend(maps.iter().map(|m| (m.start, m.end)));
-    if !known.iter().any(|&(s, e)| vaddr >= s && vaddr < e) {
+    // Only the mappings not sent yet (readers take the union of every mappings frame).
+    let new: Vec<Mapping> = maps
+        .iter()
+        .filter(|m| !known.contains(&(m.start, m.end)))
+        .cloned()
+        .collect();
+    known.extend(new.iter().map(|m| (m.start, m.end)));
+    if !maps.iter().any(|m| vaddr >= m.start && vaddr < m.end) {
         // Not in /proc/self/maps at all: remember the page so we do not re-read for it.
         known.push((vaddr & !0xfff, (vaddr & !0xfff) + 0x1000));
     }
-    let _ = p.tx.send(Msg::Mappings(maps));
+    if !new.is_empty() {
+        let _ = p.tx.send(Msg::Mappings(new));
+    }
+}
+
+/// Data mappings also appear after start-up: the heap grows (brk) and large blocks are
+/// mmap'ed. After such a call, the mappings are sent again when no known one covers its
+/// result, so that the data it holds is classed by what it is (heap, not unmapped).
+extern "C" fn syscall_ret(_id: qemu_plugin_id_t, _vcpu: c_uint, num: i64, ret: i64) {
+    // x86-64 system call numbers.
+    const MMAP: i64 = 9;
+    const BRK: i64 = 12;
+    const MREMAP: i64 = 25;
+    // mmap and mremap return the start (or -errno); brk returns the new end.
+    let addr = match num {
+        MMAP | MREMAP if ret > 0 => ret as u64,
+        BRK if ret > 0 => ret as u64 - 1,
+        _ => return,
+    };
+    note_mappings(plugin(), addr);
 }
 
 fn read_proc_maps() -> Vec<Mapping> {
@@ -756,6 +780,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
         qemu_plugin_register_vcpu_init_cb(id, vcpu_init);
         qemu_plugin_register_vcpu_exit_cb(id, vcpu_exit);
         qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
+        qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
         qemu_plugin_register_atexit_cb(id, at_exit, ptr::null_mut());
     }
     0

@@ -42,11 +42,13 @@ pub type vcpu_simple_cb = extern "C" fn(qemu_plugin_id_t, c_uint);
 pub type vcpu_udata_cb = extern "C" fn(c_uint, *mut c_void);
 pub type vcpu_mem_cb = extern "C" fn(c_uint, qemu_plugin_meminfo_t, u64, *mut c_void);
 pub type udata_cb = extern "C" fn(qemu_plugin_id_t, *mut c_void);
+pub type vcpu_syscall_ret_cb = extern "C" fn(qemu_plugin_id_t, c_uint, i64, i64);
 
 extern "C" {
     pub fn qemu_plugin_register_vcpu_tb_trans_cb(id: qemu_plugin_id_t, cb: tb_trans_cb);
     pub fn qemu_plugin_register_vcpu_init_cb(id: qemu_plugin_id_t, cb: vcpu_simple_cb);
     pub fn qemu_plugin_register_vcpu_exit_cb(id: qemu_plugin_id_t, cb: vcpu_simple_cb);
+    pub fn qemu_plugin_register_vcpu_syscall_ret_cb(id: qemu_plugin_id_t, cb: vcpu_syscall_ret_cb);
     pub fn qemu_plugin_register_atexit_cb(id: qemu_plugin_id_t, cb: udata_cb, udata: *mut c_void);
     pub fn qemu_plugin_tb_n_insns(tb: *const qemu_plugin_tb) -> usize;
     pub fn qemu_plugin_tb_vaddr(tb: *const qemu_plugin_tb) -> u64;

@@ -28,10 +28,14 @@
 //! few (a ring of [`RING`]), and otherwise scans the 2R+1 neighbours' last-access times;
 //! pair counters live in one row of 2R+1 per touched block, written by the closing block so
 //! that an access touches one contiguous row. O(N R) in the worst case, never O(A^2).
+//! Rows are mostly cold (16 MiB of them for 4096 blocks), so their updates go through a
+//! short delay line ([`Pending`]) that requests each cell when the update is made and writes
+//! it 64 updates later, and the rows ask for transparent huge pages (one TLB entry per 2 MiB).
 
 use serde::{Deserialize, Serialize};
 
 use super::reuse::ReuseDistance;
+use crate::sys::prefetch;
 
 /// Region accesses remembered for short walks back to a block's previous access.
 const RING: usize = 64;
@@ -240,6 +244,40 @@ fn count_in(times: &[u32], lo: u32, hi: u32) -> u32 {
     (times.partition_point(|&x| x <= hi) - times.partition_point(|&x| x <= lo)) as u32
 }
 
+/// Updates of packed cells ([`cell_add`]) held back for [`Pending::DEPTH`] updates: each
+/// cell is requested from memory when its update arrives and written when it leaves, so
+/// that the misses of many accesses overlap (a closing block's row is usually cold).
+#[derive(Default)]
+struct Pending {
+    /// (cell index, interval length), a ring once full.
+    cells: Vec<(usize, u32)>,
+    head: usize,
+}
+
+impl Pending {
+    const DEPTH: usize = 64;
+
+    #[inline(always)]
+    fn push(&mut self, si: &mut [u64], k: usize, len: u32) {
+        prefetch(&si[k]);
+        if self.cells.len() < Self::DEPTH {
+            self.cells.push((k, len));
+            return;
+        }
+        let (old, old_len) = std::mem::replace(&mut self.cells[self.head], (k, len));
+        cell_add(&mut si[old], old_len);
+        self.head = (self.head + 1) % Self::DEPTH;
+    }
+
+    /// Writes every held update (before `si` is read).
+    fn flush(&mut self, si: &mut [u64]) {
+        for (k, len) in self.cells.drain(..) {
+            cell_add(&mut si[k], len);
+        }
+        self.head = 0;
+    }
+}
+
 /// The affinity state of one region of `blocks` blocks starting at block `first`.
 pub struct RegionAffinity {
     params: AffinityParams,
@@ -265,6 +303,8 @@ pub struct RegionAffinity {
     /// accesses.
     hot_si: Vec<u64>,
     hot_sd: Vec<u32>,
+    /// Interval lengths on their way to `si`.
+    pending: Pending,
     seqs: Vec<(u32, Seq)>,
 }
 
@@ -273,6 +313,10 @@ impl RegionAffinity {
     /// block numbers `hot`.
     pub fn new(params: AffinityParams, first: u64, blocks: usize, hot: Vec<u64>) -> Self {
         let h = hot.len();
+        let mut si = vec![0; blocks * params.width()];
+        let mut sd_count = vec![0; blocks * params.width()];
+        crate::sys::advise_huge_pages(&mut si);
+        crate::sys::advise_huge_pages(&mut sd_count);
         RegionAffinity {
             params,
             first,
@@ -282,11 +326,12 @@ impl RegionAffinity {
             ri_sum: vec![0; blocks],
             rd_sum: vec![0.0; blocks],
             reuses: vec![0; blocks],
-            si: vec![0; blocks * params.width()],
-            sd_count: vec![0; blocks * params.width()],
+            si,
+            sd_count,
             hot_si: vec![0; blocks * h],
             hot_sd: vec![0; blocks * h],
             hot_block: hot,
+            pending: Pending::default(),
             seqs: Vec::new(),
         }
     }
@@ -342,7 +387,7 @@ impl RegionAffinity {
             // Self pair: the reuse interval.
             self.reuses[b] += 1;
             self.ri_sum[b] += u64::from(t - prev);
-            cell_add(&mut self.si[row * w + r], t - prev - 1);
+            self.pending.push(&mut self.si, row * w + r, t - prev - 1);
         }
         // Intervals (i, b) closed by this access: every i accessed since b's previous
         // access, from the first such access to i.
@@ -376,9 +421,8 @@ impl RegionAffinity {
                 for &i in found.iter() {
                     let i = i as usize;
                     let f = earliest[i];
-                    let len = t - f - 1 - (occ[i] - 1);
                     let k = row * w + (b + r - i);
-                    cell_add(&mut self.si[k], len);
+                    self.pending.push(&mut self.si, k, t - f - 1 - (occ[i] - 1));
                 }
                 true
             }
@@ -400,9 +444,8 @@ impl RegionAffinity {
                     let idx = ts.partition_point(|&x| x <= prev);
                     (ts[idx], (ts.len() - idx - 1) as u32)
                 };
-                let len = t - f - 1 - between;
                 let k = row * w + (b + r - i);
-                cell_add(&mut self.si[k], len);
+                self.pending.push(&mut self.si, k, t - f - 1 - between);
             };
             if seq.touched.len() < hi - lo + 1 {
                 for &i in &seq.touched {
@@ -447,6 +490,7 @@ impl RegionAffinity {
         let Some(s) = self.seqs.iter().position(|s| s.0 == thread) else {
             return;
         };
+        self.pending.flush(&mut self.si);
         let r = self.params.radius as usize;
         let w = self.params.width();
         let h = self.hot_block.len();
@@ -522,6 +566,7 @@ impl RegionAffinity {
         for t in threads {
             self.end_sequence(t);
         }
+        self.pending.flush(&mut self.si);
     }
 
     /// A(b).

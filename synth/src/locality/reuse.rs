@@ -26,6 +26,7 @@
 use std::collections::HashMap;
 
 use crate::fasthash;
+use crate::sys::prefetch;
 
 /// Words per shadow page of last-use times (2^15: 128 KiB of times per 256 KiB of words).
 const PAGE_BITS: u32 = 15;
@@ -122,20 +123,6 @@ impl Bitmap {
 }
 
 const _: () = assert!(BLOCK_TIMES == 512, "a block is one 64-byte line of bits");
-
-/// Asks the CPU to start loading the cache line of `x` (a hint: no fault, no wait).
-#[inline(always)]
-fn prefetch<T>(x: &T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: SSE is part of the x86-64 baseline, and a prefetch of any address is only a
-        // hint to the caches (it never faults and changes no memory).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((x as *const T).cast::<i8>()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
-}
 
 /// `n` zeros whose memory pages are written now. A lazily zeroed allocation (calloc, which
 /// the compiler also makes of an allocation followed by a zero fill) is first mapped to the
