@@ -544,6 +544,85 @@ fn ctrl_c_finalises_the_trace() {
     assert!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>() > 0);
 }
 
+/// Processes whose command line mentions `needle`.
+fn processes_with(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmd).contains(needle) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn killing_mgbench_stops_the_program_and_leaves_a_readable_trace() {
+    if !need_qemu("capture killed with SIGKILL") {
+        return;
+    }
+    let dir = temp_dir("sigkill");
+    let trace = dir.join("k.mgbt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+        .args(["capture", "--quiet", "--full", "-o"])
+        .arg(&trace)
+        .args([&app("spmv"), "--rows=65536", "--iters=1000000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until QEMU runs and has written frames.
+    let needle = trace.display().to_string();
+    let t0 = std::time::Instant::now();
+    while (processes_with(&needle).len() < 2
+        || std::fs::metadata(&trace).map_or(0, |m| m.len()) < 1 << 20)
+        && t0.elapsed().as_secs() < 30
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let qemu: Vec<u32> = processes_with(&needle)
+        .into_iter()
+        .filter(|&p| p != child.id())
+        .collect();
+    assert_eq!(qemu.len(), 1, "QEMU is running: {qemu:?}");
+    child.kill().unwrap(); // SIGKILL: mgbench cannot finalise anything.
+    child.wait().unwrap();
+    // The kernel kills QEMU with its parent, and nothing writes the trace any more.
+    let t1 = std::time::Instant::now();
+    while std::path::Path::new(&format!("/proc/{}", qemu[0])).exists()
+        && t1.elapsed().as_secs() < 10
+    {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", qemu[0])).unwrap_or_default();
+        if stat.contains(") Z ") {
+            break; // dead, waiting for init to reap it
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", qemu[0])).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z "),
+        "QEMU outlived mgbench: {stat}"
+    );
+    let size = std::fs::metadata(&trace).unwrap().len();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        std::fs::metadata(&trace).unwrap().len(),
+        size,
+        "still growing"
+    );
+    // Readable: whole frames, no end frame, and `trace info` says so.
+    let t = read_trace(&trace);
+    assert!(t.end.is_none());
+    assert!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>() > 100_000);
+    let o = mgbench(&["trace", "info", "k.mgbt"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("no end frame"), "{}", stdout(&o));
+}
+
 #[test]
 fn a_full_disk_stops_recording_but_keeps_what_was_written() {
     if !need_qemu("capture onto a full disk") {

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use super::program::{resolve, which};
-use super::sys::SignalGuard;
+use super::sys::{die_with_parent, SignalGuard};
 use super::{
     finalize, scan_counts, signal_name, CaptureConfig, CaptureError, CaptureReport, ProgramExit,
 };
@@ -162,16 +162,17 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
 
     let start = Instant::now();
     let guard = SignalGuard::install();
-    let mut child = Command::new(&qemu)
+    let mut command = Command::new(&qemu);
+    command
         .arg("-plugin")
         .arg(&arg)
         .arg(&program.path)
-        .args(&cfg.args)
-        .spawn()
-        .map_err(|cause| CaptureError::Spawn {
-            what: qemu.display().to_string(),
-            cause,
-        })?;
+        .args(&cfg.args);
+    die_with_parent(&mut command);
+    let mut child = command.spawn().map_err(|cause| CaptureError::Spawn {
+        what: qemu.display().to_string(),
+        cause,
+    })?;
     let watcher = ProgressWatcher::start(progress_file.clone(), cfg.progress.clone());
     let wait = child.wait();
     drop(watcher);
