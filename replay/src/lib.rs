@@ -254,7 +254,7 @@ pub enum ReplayError {
     CompactGaps(String),
     #[error("{}", ranks_part(.0))]
     Ranks(Vec<(usize, String)>),
-    #[error("this mgbench was built without MPI support: rebuild it with `cargo build --release --features mpi` (needs OpenMPI and libclang: scripts/setup.sh installs libopenmpi-dev and libclang-dev)")]
+    #[error("this mgbench was built without MPI support: rebuild it with its default features (`cargo build --release`, or `--features mpi` after `--no-default-features`; needs OpenMPI and libclang: scripts/setup.sh installs libopenmpi-dev and libclang-dev)")]
     NoMpi,
     #[error("MPI could not be initialised (was it already?)")]
     MpiInit,

@@ -71,7 +71,11 @@ fn default_output(program: &Path) -> PathBuf {
     PathBuf::from(format!("{stem}.mgbt"))
 }
 
+/// The QEMU plugin, built and embedded by build.rs (empty where the build skipped it).
+static PLUGIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmgbench_qemu_plugin.so"));
+
 pub fn capture(args: CaptureArgs) -> Result<i32> {
+    mgbench_capture::backend::qemu::embed_plugin(PLUGIN);
     let mut command = args.command.into_iter();
     let program = match (command.next(), args.pid) {
         (Some(p), _) => PathBuf::from(p),

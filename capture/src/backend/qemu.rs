@@ -31,8 +31,97 @@ pub fn find_qemu() -> Result<PathBuf, CaptureError> {
     which("qemu-x86_64").ok_or(CaptureError::QemuMissing)
 }
 
-/// Finds the plugin: $MGBENCH_QEMU_PLUGIN, next to the mgbench executable (or one level up,
-/// for test binaries in target/*/deps), ../lib/mgbench, then the build tree.
+/// The plugin built into the running executable, if its build embedded one.
+static EMBEDDED: std::sync::OnceLock<&'static [u8]> = std::sync::OnceLock::new();
+
+/// Hands capture the plugin's bytes built into the executable (the `mgbench` binary embeds
+/// them at build time): [`find_plugin`] then writes them once to a cache directory and uses
+/// that file, wherever the binary was installed. Empty bytes (a build that skipped the
+/// embedding) are ignored.
+pub fn embed_plugin(bytes: &'static [u8]) {
+    if !bytes.is_empty() {
+        let _ = EMBEDDED.set(bytes);
+    }
+}
+
+/// Where the embedded plugin is written: $XDG_CACHE_HOME/mgbench, ~/.cache/mgbench, or the
+/// temporary directory; the file name carries a hash of the bytes, so that binaries of
+/// different versions never share one.
+fn cached_plugin(bytes: &[u8]) -> Result<PathBuf, CaptureError> {
+    // FNV-1a: a name, not a security check (the directory is the user's own).
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let dirs = [
+        std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("mgbench")),
+        std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".cache/mgbench")),
+        Some(std::env::temp_dir().join(format!("mgbench-{}", user_id()))),
+    ];
+    let mut tried = Vec::new();
+    for dir in dirs.into_iter().flatten() {
+        let path = dir.join(format!("libmgbench_qemu_plugin-{hash:016x}.so"));
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
+            return Ok(path);
+        }
+        // Written under a unique name and renamed: concurrent captures never load half a
+        // file.
+        let tmp = dir.join(format!(".plugin-{}-{hash:016x}.tmp", std::process::id()));
+        let written = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        match written {
+            Ok(()) => {
+                prune_cached_plugins(&dir, &path);
+                return Ok(path);
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                tried.push(format!("{} ({e})", dir.display()));
+            }
+        }
+    }
+    Err(CaptureError::PluginMissing {
+        looked: format!(
+            "the plugin built into mgbench could not be written to {}",
+            tried.join(", ")
+        ),
+    })
+}
+
+/// Removes the plugins other builds of mgbench wrote to `dir` more than a day ago (one per
+/// version would pile up). Younger ones stay: another build may be starting a capture with
+/// its own, and a removed one is written again by the next capture that needs it.
+fn prune_cached_plugins(dir: &Path, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let day = std::time::Duration::from_secs(86_400);
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > day));
+        if name.starts_with("libmgbench_qemu_plugin-")
+            && name.ends_with(".so")
+            && e.path() != keep
+            && old
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// The user id, from the owner of /proc/self (no FFI needed).
+fn user_id() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map_or(0, |m| m.uid())
+}
+
+/// Finds the plugin: $MGBENCH_QEMU_PLUGIN, the one built into the executable, next to the
+/// mgbench executable (or one level up, for test binaries in target/*/deps), ../lib/mgbench,
+/// then the build tree.
 pub fn find_plugin() -> Result<PathBuf, CaptureError> {
     if let Some(p) = std::env::var_os("MGBENCH_QEMU_PLUGIN") {
         let p = PathBuf::from(p);
@@ -43,6 +132,9 @@ pub fn find_plugin() -> Result<PathBuf, CaptureError> {
                 looked: format!("MGBENCH_QEMU_PLUGIN={}", p.display()),
             })
         };
+    }
+    if let Some(bytes) = EMBEDDED.get() {
+        return cached_plugin(bytes);
     }
     let mut candidates = Vec::new();
     if let Ok(exe) = std::env::current_exe() {

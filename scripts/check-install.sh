@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Both ways users build mgbench give a `capture` that works, with no plugin beside the binary:
+# `cargo build --release` (no --workspace, so the plugin crate is not built into target/) and
+# `cargo install --path .` (the binary lands far from any build tree). The QEMU plugin comes
+# from the bytes build.rs embedded, written to the cache directory on first use.
+#
+#   scripts/check-install.sh            (part of scripts/test.sh; needs qemu-user)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d /tmp/mgbench-install-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+export CARGO_TARGET_DIR="$work/target"
+
+check() { # check NAME BINARY
+    local name=$1 bin=$2 cache="$work/cache-$1"
+    if [[ -e "$(dirname "$bin")/libmgbench_qemu_plugin.so" ]]; then
+        echo "check-install: $name: a plugin lies beside $bin, so this proves nothing" >&2
+        exit 1
+    fi
+    (cd "$work" && XDG_CACHE_HOME="$cache" "$bin" capture --quiet --full -o "$name.mgbt" -- /bin/ls / >/dev/null)
+    ls "$cache"/mgbench/libmgbench_qemu_plugin-*.so >/dev/null
+    local info
+    info=$("$bin" trace info "$work/$name.mgbt")
+    grep -q "^backend *qemu, full" <<<"$info"
+    local n
+    n=$(awk '/^accesses/ {print $2}' <<<"$info")
+    if (( n < 10000 )); then
+        echo "check-install: $name: only $n accesses recorded" >&2
+        exit 1
+    fi
+    echo "check-install: $name: capture works with the embedded plugin ($n accesses of /bin/ls)"
+}
+
+cargo build --release --quiet
+check "cargo-build" "$CARGO_TARGET_DIR/release/mgbench"
+cargo install --quiet --path . --root "$work/install"
+check "cargo-install" "$work/install/bin/mgbench"
