@@ -64,6 +64,9 @@ pub struct TraceInfo {
     pub skipped: u64,
     /// (recorded + skipped) / recorded: what estimators scale by. 1 for full traces.
     pub sample_ratio: f64,
+    /// False for timed (ptrace) samples: nobody counted the accesses between windows, so
+    /// `skipped` is 0 and `sample_ratio` 1 without meaning.
+    pub sample_ratio_known: bool,
     pub file_bytes: u64,
     pub bytes_per_access: f64,
     /// The end frame is present: the capture finished and was finalised.
@@ -95,7 +98,8 @@ pub fn trace_info(path: &Path, top: usize) -> Result<TraceInfo, InfoError> {
     let mut mappings: Vec<Mapping> = Vec::new();
     let (mut loads, mut stores, mut skipped, mut samples) = (0u64, 0u64, 0u64, 0u64);
     let mut end = None;
-    let mut notes = Vec::new();
+    // The header's notes (e.g. why this backend), then the ones the capture wrote.
+    let mut notes = meta.notes.clone();
     loop {
         let frame = r.next_frame().map_err(|cause| InfoError::Read {
             path: p.clone(),
@@ -170,6 +174,7 @@ pub fn trace_info(path: &Path, top: usize) -> Result<TraceInfo, InfoError> {
         Mode::Timed { window, .. } => (Some(window), None),
     };
     Ok(TraceInfo {
+        sample_ratio_known: !matches!(meta.mode, Mode::Timed { .. }),
         path: p,
         backend: meta.backend,
         mode: meta.mode.name().to_string(),

@@ -21,6 +21,7 @@ use mgbench_capture::progress::{CountingReader, Progress};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
+    Auto,
     Qemu,
     Ptrace,
     Pt,
@@ -32,9 +33,11 @@ pub struct CaptureArgs {
     /// Trace file to write (default: PROGRAM's name with .mgbt, in the current directory).
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
-    /// How to record: qemu (default; QEMU user mode + mgbench's plugin), ptrace (native
-    /// single-stepping; AVX-512, --pid), pt (Intel PT with ptwrite, where present).
-    #[arg(short = 'b', long, value_enum, default_value_t = Backend::Qemu)]
+    /// How to record: auto (default: qemu, or ptrace for --pid and for programs with AVX-512
+    /// code, or when the program dies of SIGILL under QEMU; it says which and why), qemu (QEMU
+    /// user mode + mgbench's plugin; exact sample counts), ptrace (native single-stepping;
+    /// AVX-512, --pid; timed samples), pt (Intel PT with ptwrite, where present).
+    #[arg(short = 'b', long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
     /// Record every access instead of samples.
     #[arg(long, conflicts_with_all = ["sample_window", "sample_period"])]
@@ -74,9 +77,49 @@ fn default_output(program: &Path) -> PathBuf {
 /// The QEMU plugin, built and embedded by build.rs (empty where the build skipped it).
 static PLUGIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmgbench_qemu_plugin.so"));
 
-pub fn capture(args: CaptureArgs) -> Result<i32> {
+/// The recording mode `args` ask of backend `kind` (`auto`: why auto chose it, for errors).
+fn capture_mode(args: &CaptureArgs, kind: BackendKind, auto: Option<&str>) -> Result<Mode> {
+    let chosen = auto.map_or(String::new(), |w| {
+        format!(" (--backend auto chose it: {w})")
+    });
+    if args.full {
+        return Ok(Mode::Full);
+    }
+    let window = args.sample_window.map_or(DEFAULT_WINDOW, |w| w as u64);
+    if window == 0 {
+        bail!("--sample-window must be at least 1");
+    }
+    if kind == BackendKind::Ptrace {
+        if args.sample_period.is_some() {
+            bail!("--backend ptrace{chosen} cannot count accesses while the program runs natively, so it samples by time: use --sample-interval MS (and --sample-window W) instead of --sample-period");
+        }
+        return Ok(Mode::Timed {
+            window,
+            interval_ms: args
+                .sample_interval
+                .map_or(DEFAULT_INTERVAL_MS, |i| i as u64),
+        });
+    }
+    if args.sample_interval.is_some() {
+        bail!("--sample-interval applies to --backend ptrace; this capture uses {}{chosen}, which samples by access count: --sample-period", kind.name());
+    }
+    let period = args
+        .sample_period
+        .map_or(DEFAULT_PERIOD.max(window), |p| p as u64);
+    if period < window {
+        bail!("--sample-period ({period}) must be at least --sample-window ({window})");
+    }
+    Ok(Mode::Sampled { window, period })
+}
+
+fn run_capture(cfg: &CaptureConfig) -> Result<backend::CaptureReport> {
+    let _bar = Display::start(&cfg.progress, Style::Capture);
+    Ok(backend::capture(cfg)?)
+}
+
+pub fn capture(mut args: CaptureArgs) -> Result<i32> {
     mgbench_capture::backend::qemu::embed_plugin(PLUGIN);
-    let mut command = args.command.into_iter();
+    let mut command = std::mem::take(&mut args.command).into_iter();
     let program = match (command.next(), args.pid) {
         (Some(p), _) => PathBuf::from(p),
         (None, Some(pid)) => PathBuf::from(format!("/proc/{pid}/exe")),
@@ -85,58 +128,59 @@ pub fn capture(args: CaptureArgs) -> Result<i32> {
         }
     };
     let rest: Vec<OsString> = command.collect();
-    if args.backend == Backend::Ptrace && args.sample_period.is_some() {
-        bail!("--backend ptrace cannot count accesses while the program runs natively, so it samples by time: use --sample-interval MS (and --sample-window W) instead of --sample-period");
-    }
-    let mode = if args.full {
-        Mode::Full
-    } else if args.backend == Backend::Ptrace {
-        let window = args.sample_window.map_or(DEFAULT_WINDOW, |w| w as u64);
-        if window == 0 {
-            bail!("--sample-window must be at least 1");
+    let (kind, why) = match args.backend {
+        Backend::Auto => {
+            let resolved = match args.pid {
+                Some(_) => program.clone(),
+                None => backend::resolve(&program)?.path,
+            };
+            let c = backend::choose(&resolved, args.pid.is_some());
+            (c.kind, Some(c.why))
         }
-        Mode::Timed {
-            window,
-            interval_ms: args
-                .sample_interval
-                .map_or(DEFAULT_INTERVAL_MS, |i| i as u64),
-        }
-    } else {
-        if args.sample_interval.is_some() {
-            bail!("--sample-interval applies to --backend ptrace (QEMU samples by access count: --sample-period)");
-        }
-        let window = args.sample_window.map_or(DEFAULT_WINDOW, |w| w as u64);
-        let period = args
-            .sample_period
-            .map_or(DEFAULT_PERIOD.max(window), |p| p as u64);
-        if window == 0 {
-            bail!("--sample-window must be at least 1");
-        }
-        if period < window {
-            bail!("--sample-period ({period}) must be at least --sample-window ({window})");
-        }
-        Mode::Sampled { window, period }
+        Backend::Qemu => (BackendKind::Qemu, None),
+        Backend::Ptrace => (BackendKind::Ptrace, None),
+        Backend::Pt => (BackendKind::Pt, None),
     };
-    let output = args.output.unwrap_or_else(|| default_output(&program));
-    let cfg = CaptureConfig {
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&program));
+    let mut cfg = CaptureConfig {
         program,
         args: rest,
         output,
-        backend: match args.backend {
-            Backend::Qemu => BackendKind::Qemu,
-            Backend::Ptrace => BackendKind::Ptrace,
-            Backend::Pt => BackendKind::Pt,
-        },
-        mode,
-        roi: args.roi,
+        backend: kind,
+        mode: capture_mode(&args, kind, why.as_deref())?,
+        roi: args.roi.clone(),
         roi_inclusive: !args.roi_exclusive,
         pid: args.pid,
         progress: Default::default(),
+        notes: why
+            .iter()
+            .map(|w| format!("backend {} chosen by --backend auto: {w}", kind.name()))
+            .collect(),
     };
-    let report = {
-        let _bar = Display::start(&cfg.progress, Style::Capture);
-        backend::capture(&cfg)?
-    };
+    match &why {
+        Some(w) => eprintln!("mgbench: backend {} (auto: {w})", kind.name()),
+        None => eprintln!("mgbench: backend {} (--backend)", kind.name()),
+    }
+    let mut report = run_capture(&cfg)?;
+    // The guest died of SIGILL: most likely an instruction TCG lacks (AVX-512 in code the
+    // scan did not see: a library, JIT code). Natively, under ptrace, it runs.
+    if why.is_some()
+        && kind == BackendKind::Qemu
+        && report.exit == ProgramExit::Signal(4)
+        && backend::host_has_avx512()
+        && args.sample_period.is_none()
+    {
+        let again = "the program died of SIGILL under QEMU, whose TCG lacks AVX-512: capturing again, natively, with ptrace";
+        eprintln!("mgbench: backend ptrace (auto: {again})");
+        cfg.backend = BackendKind::Ptrace;
+        cfg.mode = capture_mode(&args, BackendKind::Ptrace, Some(again))?;
+        cfg.notes = vec![format!("backend ptrace chosen by --backend auto: {again}")];
+        cfg.progress = Default::default();
+        report = run_capture(&cfg)?;
+    }
     let per = if report.recorded > 0 {
         format!(
             ", {:.2} B/access",
@@ -156,6 +200,9 @@ pub fn capture(args: CaptureArgs) -> Result<i32> {
     );
     for w in &report.warnings {
         eprintln!("mgbench: warning: {w}");
+    }
+    if let (Mode::Timed { interval_ms, .. }, 0) = (cfg.mode, report.recorded) {
+        eprintln!("mgbench: warning: the program ended before the first timed window (one every {interval_ms} ms of native running): capture it with --full, or a shorter --sample-interval");
     }
     if let Some(sig) = report.interrupted {
         eprintln!(
@@ -248,12 +295,22 @@ fn info(file: &Path, format: InfoFormat, top: usize) -> Result<i32> {
         )?;
         writeln!(out, "samples      {}", i.samples)?;
         writeln!(out, "threads      {}", i.threads)?;
-        writeln!(
-            out,
-            "skipped      {} (sample ratio {:.2})",
-            i.skipped, i.sample_ratio
-        )?;
+        if i.sample_ratio_known {
+            writeln!(
+                out,
+                "skipped      {} (sample ratio {:.2})",
+                i.skipped, i.sample_ratio
+            )?;
+        } else {
+            writeln!(
+                out,
+                "skipped      unknown (time-sampled: sample ratio unknown)"
+            )?;
+        }
         writeln!(out, "instructions {} distinct", i.distinct_instructions)?;
+        for n in &i.notes {
+            writeln!(out, "note         {n}")?;
+        }
         writeln!(
             out,
             "size         {} bytes ({:.2} B/access)",

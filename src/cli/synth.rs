@@ -260,8 +260,8 @@ pub struct ProfileArgs {
     /// Record every access (default: sampled).
     #[arg(long)]
     full: bool,
-    /// Capture backend.
-    #[arg(short = 'b', long, value_enum, default_value_t = super::capture::Backend::Qemu)]
+    /// Capture backend (as `mgbench capture --backend`; default auto).
+    #[arg(short = 'b', long, value_enum, default_value_t = super::capture::Backend::Auto)]
     backend: super::capture::Backend,
     /// Record only while FUNCTION runs (repeatable).
     #[arg(long, value_name = "FUNCTION")]
@@ -308,6 +308,7 @@ pub fn profile(args: ProfileArgs) -> Result<i32> {
     capture.push("--backend".into());
     capture.push(
         match args.backend {
+            super::capture::Backend::Auto => "auto",
             super::capture::Backend::Qemu => "qemu",
             super::capture::Backend::Ptrace => "ptrace",
             super::capture::Backend::Pt => "pt",

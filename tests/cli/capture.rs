@@ -936,9 +936,85 @@ fn ptrace_timed_windows_and_attach() {
 }
 
 #[test]
+fn auto_backend_says_which_and_why_and_falls_back_on_avx512() {
+    if !need_qemu("--backend auto") {
+        return;
+    }
+    let dir = temp_dir("auto");
+    let info = |trace: &str| stdout(&mgbench(&["trace", "info", trace], &dir));
+    // Plain code: QEMU, with exact sample counts.
+    let o = mgbench(&["capture", "--quiet", "-o", "t.mgbt", &app("triad")], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("backend qemu (auto: ") && stderr(&o).contains("exact"),
+        "{}",
+        stderr(&o)
+    );
+    let t = info("t.mgbt");
+    assert!(t.contains("backend      qemu, sampled"), "{t}");
+    assert!(
+        t.contains("note         backend qemu chosen by --backend auto"),
+        "{t}"
+    );
+    if !cpu_has("avx512f") {
+        if std::env::var_os("CI").is_some() {
+            panic!("the AVX-512 fallback needs an AVX-512 CPU, which CI's machine has");
+        }
+        eprintln!("skipped: the AVX-512 fallback needs an AVX-512 CPU");
+        return;
+    }
+    // AVX-512 in the program's own code: ptrace from the start, and said why.
+    let o = mgbench(
+        &[
+            "capture",
+            "--quiet",
+            "--full",
+            "-o",
+            "g.mgbt",
+            &app("gather512"),
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("backend ptrace (auto: ") && stderr(&o).contains("AVX-512"),
+        "{}",
+        stderr(&o)
+    );
+    let t = info("g.mgbt");
+    assert!(t.contains("backend      ptrace, full"), "{t}");
+    // AVX-512 only at run time (JIT): QEMU dies of SIGILL, auto captures again with ptrace.
+    let o = mgbench(
+        &["capture", "--quiet", "-o", "j.mgbt", &app("jit512")],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("backend qemu (auto: "), "{e}");
+    assert!(e.contains("died of SIGILL under QEMU"), "{e}");
+    assert!(
+        e.contains("jit512 n=") || stdout(&o).contains("jit512 n="),
+        "{e}"
+    );
+    let t = info("j.mgbt");
+    assert!(t.contains("backend      ptrace, timed"), "{t}");
+    assert!(t.contains("exited with 0"), "{t}");
+    assert!(t.contains("time-sampled: sample ratio unknown"), "{t}");
+    let n: u64 = t
+        .lines()
+        .find_map(|l| l.strip_prefix("accesses"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(n >= 1024, "{t}");
+}
+
+#[test]
 fn backend_option_errors() {
     let dir = temp_dir("backend-opts");
-    let o = mgbench(&["capture", "--pid", "1", "-o", "x.mgbt"], &dir);
+    let o = mgbench(
+        &["capture", "--backend", "qemu", "--pid", "1", "-o", "x.mgbt"],
+        &dir,
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("--pid needs --backend ptrace"),

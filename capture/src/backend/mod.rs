@@ -23,7 +23,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-pub use program::{resolve, which, Program};
+pub use program::{evex_instructions, host_has_avx512, resolve, which, Program};
 pub use sys::signal_name;
 
 use crate::symbols::SymbolError;
@@ -71,6 +71,8 @@ pub struct CaptureConfig {
     pub pid: Option<i32>,
     /// Advanced while the program runs: accesses recorded (`done`) and trace bytes (`items`).
     pub progress: crate::progress::Progress,
+    /// Added to the trace header's notes (e.g. why `--backend auto` chose this backend).
+    pub notes: Vec<String>,
 }
 
 /// How the traced program ended.
@@ -154,6 +156,44 @@ pub enum CaptureError {
     Unavailable { backend: &'static str, why: String },
     #[error("{0}")]
     Invalid(String),
+}
+
+/// What `--backend auto` picked, and why (printed, and kept in the trace header's notes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub kind: BackendKind,
+    pub why: String,
+}
+
+/// `--backend auto`: attaching needs ptrace; a program whose own code holds AVX-512
+/// instructions runs natively under ptrace (QEMU's TCG lacks AVX-512) where the CPU has
+/// AVX-512; everything else runs under QEMU, whose samples have exact skip counts (Intel PT
+/// with ptwrite, the cheaper exact sampler, is detected but mgbench cannot record with it).
+pub fn choose(program: &Path, attach: bool) -> Choice {
+    if attach {
+        return Choice {
+            kind: BackendKind::Ptrace,
+            why: "attaching to a running process (--pid) needs ptrace".into(),
+        };
+    }
+    let evex = evex_instructions(program);
+    if evex > 0 && host_has_avx512() {
+        return Choice {
+            kind: BackendKind::Ptrace,
+            why: format!(
+                "{} holds {evex} AVX-512 instruction(s), which QEMU's TCG cannot run: ptrace runs it natively (timed samples: the sample ratio is unknown)",
+                program.display()
+            ),
+        };
+    }
+    let pt = match pt::detect() {
+        pt::PtSupport::Available => "Intel PT with ptwrite is present but not used by mgbench",
+        _ => "no Intel PT with ptwrite here",
+    };
+    Choice {
+        kind: BackendKind::Qemu,
+        why: format!("{pt}; QEMU counts every skipped access, so samples are exact"),
+    }
 }
 
 /// Runs a capture with the configured backend.

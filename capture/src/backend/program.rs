@@ -64,3 +64,30 @@ pub fn which(name: &str) -> Option<PathBuf> {
             .unwrap_or(false)
     })
 }
+
+/// AVX-512 (EVEX-encoded) instructions in the executable sections of `path` (the program
+/// itself, not the libraries it loads: those pick their AVX-512 code at run time from the
+/// CPU's features, which QEMU reports without AVX-512).
+pub fn evex_instructions(path: &Path) -> usize {
+    use object::{Object, ObjectSection, SectionKind};
+    let Ok(data) = std::fs::read(path) else {
+        return 0;
+    };
+    let Ok(file) = object::File::parse(&*data) else {
+        return 0;
+    };
+    file.sections()
+        .filter(|s| s.kind() == SectionKind::Text)
+        .filter_map(|s| Some((s.address(), s.data().ok()?)))
+        .map(|(addr, code)| super::x86::count_evex(code, addr))
+        .sum()
+}
+
+/// Whether this CPU runs AVX-512 (avx512f in /proc/cpuinfo).
+pub fn host_has_avx512() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|t| {
+        t.lines()
+            .find(|l| l.starts_with("flags"))
+            .is_some_and(|l| l.split_whitespace().any(|f| f == "avx512f"))
+    })
+}

@@ -384,10 +384,12 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             functions: cfg.roi.clone(),
             inclusive: cfg.roi_inclusive,
         }),
-        notes: match cfg.pid {
-            Some(pid) => vec![format!("attached to pid {pid}")],
-            None => vec![],
-        },
+        notes: cfg
+            .pid
+            .map(|pid| format!("attached to pid {pid}"))
+            .into_iter()
+            .chain(cfg.notes.iter().cloned())
+            .collect(),
     };
     let file = File::create(output).map_err(out_err)?;
     let writer =

@@ -201,7 +201,9 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             functions: cfg.roi.clone(),
             inclusive: cfg.roi_inclusive,
         }),
-        notes: vec![format!("qemu: {}", qemu.display())],
+        notes: std::iter::once(format!("qemu: {}", qemu.display()))
+            .chain(cfg.notes.iter().cloned())
+            .collect(),
     };
     let out_err = |cause| CaptureError::Output {
         path: output.clone(),

@@ -37,6 +37,21 @@ pub struct Decoded {
     pub needs_vector_state: bool,
 }
 
+/// EVEX-encoded (AVX-512) instructions in a block of machine code, by a linear sweep from
+/// its start (code that embeds data may be misread in places: a hint, not a proof).
+pub fn count_evex(code: &[u8], ip: u64) -> usize {
+    let mut decoder = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
+    let mut instruction = Instruction::default();
+    let mut n = 0;
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instruction);
+        if instruction.encoding() == iced_x86::EncodingKind::EVEX {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Decodes the instruction at `ip` from `bytes` (up to 15 bytes are used).
 pub fn decode(bytes: &[u8], ip: u64) -> Option<Decoded> {
     let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
@@ -384,6 +399,16 @@ mod tests {
             b[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
         }
         b
+    }
+
+    #[test]
+    fn evex_instructions_are_counted() {
+        // vpxord zmm0, zmm0, zmm0; vpxor xmm0, xmm0, xmm0 (VEX); add rax, rbx; ret
+        let code = [
+            0x62, 0xf1, 0x7d, 0x48, 0xef, 0xc0, 0xc5, 0xf9, 0xef, 0xc0, 0x48, 0x01, 0xd8, 0xc3,
+        ];
+        assert_eq!(count_evex(&code, 0x1000), 1);
+        assert_eq!(count_evex(&code[6..], 0x1000), 0);
     }
 
     #[test]
