@@ -19,8 +19,9 @@
 //! - **Pieces of a word**: consecutive accesses of one instruction to different bytes of one
 //!   8-byte word (a `rep stosb` memset is traced byte by byte) are one reference; the same
 //!   address again (a loop re-reading a flag) is a new reference.
-//! - **Footprint (MemGaze)**: per window (each sample of a sampled trace; 1024 accesses of a
-//!   full trace) F = distinct 64-byte blocks, growth dF = F / accesses, and the shares of F
+//! - **Footprint (MemGaze)**: per window (each sample of a sampled trace; 1024 recorded
+//!   accesses of a thread in a full trace, as in a sample) F = distinct 64-byte blocks,
+//!   growth dF = F / references, and the shares of F
 //!   touched by strided accesses (the instruction repeats its previous address delta, or moves
 //!   at most one block) and by irregular ones. Totals over the execution are estimated by
 //!   scaling the recorded accesses by the sample ratio rho.
