@@ -148,10 +148,6 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
     let mut mappings: Vec<Mapping> = Vec::new();
     let mut sym: Option<Symbolizer> = None;
     let mut last_sample: HashMap<u32, u64, fasthash::Build> = HashMap::default();
-    // A full trace's footprint windows hold FULL_TRACE_WINDOW recorded accesses of a thread,
-    // like the samples of a sampled trace (before read-modify-write halves are merged into
-    // one reference), so that both give the same growth.
-    let mut in_window: HashMap<u32, u64, fasthash::Build> = HashMap::default();
     let (mut accesses, mut recorded, mut skipped) = (0u64, 0u64, 0u64);
     let mut end_skipped = 0u64;
     let damage = crate::read_frames(reader, path, cfg.threads, |frame| {
@@ -175,13 +171,8 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
                     for a in &c.accesses[k..k + s.len as usize] {
                         accesses += 1;
                         recorded += 1;
-                        if full {
-                            let n = in_window.entry(t).or_insert(0);
-                            if *n == FULL_TRACE_WINDOW {
-                                program.end_window(t);
-                                *n = 0;
-                            }
-                            *n += 1;
+                        if full && program.window_accesses(t) >= FULL_TRACE_WINDOW {
+                            program.end_window(t);
                         }
                         if !program.access(t, a) {
                             continue;

@@ -641,7 +641,11 @@ struct WindowSet {
     /// `block + 1` (0: empty) and the flags seen: bit 0 strided, bit 1 irregular.
     slots: Vec<(u64, u8)>,
     used: Vec<u32>,
+    /// References in the window (read-modify-write halves and pieces of a word merged).
     accesses: u64,
+    /// Accesses recorded in the window, merged ones included: a full trace's window closes
+    /// at FULL_TRACE_WINDOW of them, the size of a sample, so both give the same growth.
+    recorded: u64,
 }
 
 impl WindowSet {
@@ -689,6 +693,7 @@ impl WindowSet {
 
     /// The window's footprint, leaving the set empty (None if it saw no access).
     fn take(&mut self) -> Option<WindowFootprint> {
+        self.recorded = 0;
         if self.accesses == 0 {
             return None;
         }
@@ -787,6 +792,7 @@ impl Analyzer {
     pub fn access(&mut self, thread: u32, a: &Access) -> bool {
         let ti = self.thread(thread);
         let ts = &mut self.threads[ti];
+        ts.window.recorded += 1;
         let prev = ts.prev.replace((a.ip, a.addr, a.kind));
         if let Some((ip, addr, kind)) = prev {
             let rmw = kind == AccessKind::Load && a.kind == AccessKind::Store && addr == a.addr;
@@ -830,10 +836,11 @@ impl Analyzer {
         }
     }
 
-    /// Open windows' accesses of a thread (for windowing full traces).
+    /// Accesses recorded in a thread's open window, merged ones included (for windowing
+    /// full traces).
     pub fn window_accesses(&mut self, thread: u32) -> u64 {
         let ti = self.thread(thread);
-        self.threads[ti].window.accesses
+        self.threads[ti].window.recorded
     }
 
     /// Closes every open window and summarises; `sample_ratio` scales recorded to executed.
