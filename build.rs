@@ -16,14 +16,14 @@ const PLUGIN_FILE: &str = "libmgbench_qemu_plugin.so";
 fn main() {
     let root = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
-    for dir in [
+    for input in [
         "capture/qemu-plugin/src",
+        "capture/qemu-plugin/Cargo.toml",
         "capture/src",
         "capture/Cargo.toml",
     ] {
-        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+        println!("cargo:rerun-if-changed={}", root.join(input).display());
     }
-    println!("cargo:rerun-if-changed=capture/qemu-plugin/Cargo.toml");
     println!("cargo:rerun-if-env-changed=MGBENCH_SKIP_PLUGIN_EMBED");
     let embedded = out.join(PLUGIN_FILE);
     // Escape hatch for environments that cannot run a nested build (the binary then looks

@@ -112,6 +112,11 @@ fn capture_mode(args: &CaptureArgs, kind: BackendKind, auto: Option<&str>) -> Re
     Ok(Mode::Sampled { window, period })
 }
 
+/// The trace header's note on why `--backend auto` chose `kind`.
+fn auto_note(kind: BackendKind, why: &str) -> String {
+    format!("backend {} chosen by --backend auto: {why}", kind.name())
+}
+
 fn run_capture(cfg: &CaptureConfig) -> Result<backend::CaptureReport> {
     let _bar = Display::start(&cfg.progress, Style::Capture);
     Ok(backend::capture(cfg)?)
@@ -155,10 +160,7 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
         roi_inclusive: !args.roi_exclusive,
         pid: args.pid,
         progress: Default::default(),
-        notes: why
-            .iter()
-            .map(|w| format!("backend {} chosen by --backend auto: {w}", kind.name()))
-            .collect(),
+        notes: why.iter().map(|w| auto_note(kind, w)).collect(),
     };
     match &why {
         Some(w) => eprintln!("mgbench: backend {} (auto: {w})", kind.name()),
@@ -177,7 +179,7 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
         eprintln!("mgbench: backend ptrace (auto: {again})");
         cfg.backend = BackendKind::Ptrace;
         cfg.mode = capture_mode(&args, BackendKind::Ptrace, Some(again))?;
-        cfg.notes = vec![format!("backend ptrace chosen by --backend auto: {again}")];
+        cfg.notes = vec![auto_note(BackendKind::Ptrace, again)];
         cfg.progress = Default::default();
         report = run_capture(&cfg)?;
     }
