@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use mgbench_capture::backend::{
     self, BackendKind, CaptureConfig, ProgramExit, DEFAULT_INTERVAL_MS, DEFAULT_PERIOD,
-    DEFAULT_WINDOW,
+    DEFAULT_TIMED_WINDOW, DEFAULT_WINDOW, FEW_WINDOWS,
 };
 use mgbench_capture::import::{import_meta, ImportKind};
 use mgbench_capture::stats::trace_info;
@@ -42,10 +42,12 @@ pub struct CaptureArgs {
     /// Record every access instead of samples.
     #[arg(long, conflicts_with_all = ["sample_window", "sample_period"])]
     full: bool,
-    /// Accesses recorded per sample (default 1024).
+    /// Accesses recorded per sample (default 4096; 1024 with --backend ptrace).
     #[arg(long, value_name = "W", value_parser = non_negative)]
     sample_window: Option<usize>,
-    /// Accesses from one sample's start to the next's (default 16384: 1 in 16 recorded).
+    /// Accesses from one sample's start to the next's (default 1048576: about 1 in 230
+    /// recorded; from 2^18 on, skips are counted by generated code and each is at least
+    /// P - W long; below, by callbacks, exactly P - W, at 2-3x the cost).
     #[arg(long, value_name = "P", value_parser = non_negative)]
     sample_period: Option<usize>,
     /// ptrace backend: milliseconds of native execution between windows (default 20; longer
@@ -85,7 +87,12 @@ fn capture_mode(args: &CaptureArgs, kind: BackendKind, auto: Option<&str>) -> Re
     if args.full {
         return Ok(Mode::Full);
     }
-    let window = args.sample_window.map_or(DEFAULT_WINDOW, |w| w as u64);
+    let default_window = if kind == BackendKind::Ptrace {
+        DEFAULT_TIMED_WINDOW
+    } else {
+        DEFAULT_WINDOW
+    };
+    let window = args.sample_window.map_or(default_window, |w| w as u64);
     if window == 0 {
         bail!("--sample-window must be at least 1");
     }
@@ -169,12 +176,18 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
     let mut report = run_capture(&cfg)?;
     // The guest died of SIGILL: most likely an instruction TCG lacks (AVX-512 in code the
     // scan did not see: a library, JIT code). Natively, under ptrace, it runs.
-    if why.is_some()
-        && kind == BackendKind::Qemu
+    let sigill_under_qemu = kind == BackendKind::Qemu
         && report.exit == ProgramExit::Signal(4)
-        && backend::host_has_avx512()
-        && args.sample_period.is_none()
-    {
+        && backend::host_has_avx512();
+    if sigill_under_qemu && (why.is_none() || args.sample_period.is_some()) {
+        let blocker = if why.is_none() {
+            "--backend qemu"
+        } else {
+            "--sample-period (ptrace samples by time)"
+        };
+        eprintln!("mgbench: the program died of SIGILL under QEMU, most likely an AVX-512 instruction (QEMU's TCG has none); {blocker} kept mgbench from capturing it again with ptrace: run `mgbench capture --backend ptrace` (with --sample-interval MS instead of --sample-period)");
+    }
+    if why.is_some() && sigill_under_qemu && args.sample_period.is_none() {
         let again = "the program died of SIGILL under QEMU, whose TCG lacks AVX-512: capturing again, natively, with ptrace";
         eprintln!("mgbench: backend ptrace (auto: {again})");
         cfg.backend = BackendKind::Ptrace;
@@ -202,6 +215,13 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
     );
     for w in &report.warnings {
         eprintln!("mgbench: warning: {w}");
+    }
+    if let (Mode::Sampled { window, .. }, ProgramExit::Code(_)) = (cfg.mode, report.exit) {
+        let windows = report.recorded.div_ceil(window);
+        let all = report.recorded + report.skipped;
+        if windows < FEW_WINDOWS && report.interrupted.is_none() {
+            eprintln!("mgbench: warning: only {windows} sample window(s): too few for sampled statistics (footprint, reuse and function shares came within 25% of a full trace from about 200 windows on); --full records all {all} accesses of this run (about {} MB), or a shorter --sample-period gives more windows (e.g. 16384, at 2-3x the capture time)", (all as f64 * 1.5 / 1e6).ceil());
+        }
     }
     if let (Mode::Timed { interval_ms, .. }, 0) = (cfg.mode, report.recorded) {
         eprintln!("mgbench: warning: the program ended before the first timed window (one every {interval_ms} ms of native running): capture it with --full, or a shorter --sample-interval");

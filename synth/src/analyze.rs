@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::apex::{self, ApexFit, ApexGrid};
 use crate::fasthash;
 use crate::locality::{
-    Analyzer, Footprint, ReuseCurve, ReuseMethod, FULL_TRACE_WINDOW, SHARDS_RELIABLE,
+    Analyzer, Footprint, ReuseCurve, ReuseMethod, FOOTPRINT_WINDOW, SHARDS_RELIABLE,
 };
 use crate::SynthError;
 
@@ -171,7 +171,7 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
                     for a in &c.accesses[k..k + s.len as usize] {
                         accesses += 1;
                         recorded += 1;
-                        if full && program.window_accesses(t) >= FULL_TRACE_WINDOW {
+                        if program.window_accesses(t) >= FOOTPRINT_WINDOW {
                             program.end_window(t);
                         }
                         if !program.access(t, a) {
@@ -201,7 +201,7 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
                                 }
                             });
                             let f = &mut funcs[idx].1;
-                            if full && f.window_accesses(t) >= FULL_TRACE_WINDOW {
+                            if f.window_accesses(t) >= FOOTPRINT_WINDOW {
                                 f.end_window(t);
                             }
                             f.access(t, a);

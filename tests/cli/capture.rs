@@ -227,6 +227,116 @@ fn sampled_traces_hold_the_configured_windows_and_skips() {
     assert!((ratio - 10.0).abs() < 0.1, "sample ratio {ratio}");
 }
 
+/// Per thread, the (ip, store) of every access of a full trace, in order.
+fn streams(t: &Trace) -> BTreeMap<u32, Vec<(u64, bool)>> {
+    let mut s: BTreeMap<u32, Vec<(u64, bool)>> = BTreeMap::new();
+    for c in &t.chunks {
+        let v = s.entry(c.thread).or_default();
+        v.extend(
+            c.accesses
+                .iter()
+                .map(|a| (a.ip, a.kind == AccessKind::Store)),
+        );
+    }
+    s
+}
+
+/// Checks a sampled trace against a full trace of the same deterministic run: each window of
+/// each thread, placed by the skipped counts before it, holds the very accesses (instruction
+/// and kind) the full trace has there; for one thread, recorded + skipped is also the full
+/// trace's total (threads make a run's total vary by a few accesses: joins, futexes).
+/// Returns the windows per thread.
+fn assert_skips_exact(full: &Trace, sampled: &Trace) -> BTreeMap<u32, usize> {
+    let all = streams(full);
+    let mut pos: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut windows: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut last_id: BTreeMap<u32, u64> = BTreeMap::new();
+    for c in &sampled.chunks {
+        let stream = &all[&c.thread];
+        let p = pos.entry(c.thread).or_default();
+        let mut at = 0;
+        for s in &c.samples {
+            if last_id.insert(c.thread, s.id) != Some(s.id) {
+                *windows.entry(c.thread).or_default() += 1;
+            }
+            *p += s.skipped_before as usize;
+            let got: Vec<(u64, bool)> = c.accesses[at..at + s.len as usize]
+                .iter()
+                .map(|a| (a.ip, a.kind == AccessKind::Store))
+                .collect();
+            assert!(
+                *p + got.len() <= stream.len(),
+                "thread {} sample {} ends at {} of {} accesses",
+                c.thread,
+                s.id,
+                *p + got.len(),
+                stream.len()
+            );
+            assert!(
+                got == stream[*p..*p + got.len()],
+                "thread {} sample {} at access {}: not the accesses the full trace has there",
+                c.thread,
+                s.id,
+                *p
+            );
+            *p += got.len();
+            at += s.len as usize;
+        }
+    }
+    let (fe, se) = (full.end.as_ref().unwrap(), sampled.end.as_ref().unwrap());
+    if all.len() == 1 {
+        assert_eq!(se.recorded + se.skipped, fe.recorded, "recorded + skipped");
+    }
+    windows
+}
+
+#[test]
+fn switched_sampling_counts_every_skipped_access_exactly() {
+    if !need_qemu("switched sampling") {
+        return;
+    }
+    let dir = temp_dir("switched");
+    // Skips of 2^18 and more are counted inline, windows switched in by retranslation.
+    let period = (1u64 << 18) + 1024;
+    let cases: [(&str, &[&str]); 2] = [
+        ("gather", &["--reps=80"]),
+        // Two workers: counting goes back to callbacks when the first one starts.
+        (
+            "spmv",
+            &["--rows=16384", "--nnz=16", "--iters=8", "--threads=2"],
+        ),
+    ];
+    for (prog, args) in cases {
+        let capture = |extra: &[&str], out: &str| {
+            let period = period.to_string();
+            let mut a = vec!["capture", "--backend", "qemu", "-o", out];
+            if extra.is_empty() {
+                a.extend(["--sample-window", "1024", "--sample-period", &period]);
+            } else {
+                a.extend(extra);
+            }
+            let app = app(prog);
+            a.push(&app);
+            a.extend(args);
+            let o = mgbench(&a, &dir);
+            assert!(o.status.success(), "{}", stderr(&o));
+            read_trace(&dir.join(out))
+        };
+        let full = capture(&["--full"], "full.mgbt");
+        let sampled = capture(&[], "s.mgbt");
+        let windows = assert_skips_exact(&full, &sampled);
+        let total: usize = windows.values().sum();
+        assert!(total >= 5, "{prog}: {windows:?} windows");
+        if prog == "spmv" {
+            assert_eq!(
+                windows.len(),
+                3,
+                "{prog}: {windows:?} (main and two workers)"
+            );
+        }
+    }
+}
+
 /// Link-time range of a function of a non-PIE demo.
 fn func_range(prog: &str, name: &str) -> (u64, u64) {
     let img = ElfImage::open(Path::new(prog)).unwrap();
@@ -1006,6 +1116,25 @@ fn auto_backend_says_which_and_why_and_falls_back_on_avx512() {
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .unwrap();
     assert!(n >= 1024, "{t}");
+    // Where mgbench may not fall back, it says what to run instead.
+    let o = mgbench(
+        &[
+            "capture",
+            "--quiet",
+            "--backend",
+            "qemu",
+            "-o",
+            "q.mgbt",
+            &app("jit512"),
+        ],
+        &dir,
+    );
+    assert_eq!(o.status.code(), Some(128 + 4), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("died of SIGILL under QEMU") && e.contains("--backend ptrace"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -52,9 +52,6 @@ fn rdx_over_a_trace_matches_the_exact_histograms() {
         assert_eq!(v[unit]["rdx_bins"].as_array().unwrap().len(), 20, "{unit}");
         assert!(v[unit]["samples"].as_u64().unwrap() > 100, "{}", v[unit]);
         assert!(v[unit]["traps"].as_u64().unwrap() > 10, "{}", v[unit]);
-        // Measured with several seeds on this trace: time and stack S 0.95..0.99.
-        assert!(s(&v, unit, "time") > 0.9, "{unit}: {}", v[unit]);
-        assert!(s(&v, unit, "stack") > 0.9, "{unit}: {}", v[unit]);
         assert!(s(&v, unit, "conversion") > 0.95, "{unit}: {}", v[unit]);
         // The fractions of each histogram sum to 1.
         for key in ["time", "stack", "exact_time", "exact_stack"] {
@@ -65,6 +62,24 @@ fn rdx_over_a_trace_matches_the_exact_histograms() {
                 .map(|b| b[key].as_f64().unwrap())
                 .sum();
             assert!((sum - 1.0).abs() < 1e-6, "{unit}.{key} sums to {sum}");
+        }
+    }
+    // RDX is randomised (jitter, reservoir): one seed can be unlucky (seed 1 on one stack
+    // layout of this program gave line stack S 0.79, seeds 2-6 0.97-0.99), so the accuracy is
+    // the median over five seeds, as the RDX paper reports medians. Measured on several
+    // layouts (environment sizes): medians 0.95..0.99.
+    let mut by_seed: Vec<serde_json::Value> = vec![v.clone()];
+    for seed in ["2", "3", "4", "5"] {
+        by_seed.push(reuse_json(
+            &dir,
+            &["--rdx", "loops.mgbt", "--period", "8192", "--seed", seed],
+        ));
+    }
+    for unit in ["words", "lines"] {
+        for what in ["time", "stack"] {
+            let mut all: Vec<f64> = by_seed.iter().map(|v| s(v, unit, what)).collect();
+            all.sort_by(f64::total_cmp);
+            assert!(all[2] > 0.9, "{unit} {what} S by seed (sorted): {all:?}");
         }
     }
     // The exact word histogram has its two peaks: the small sweep (999 words between

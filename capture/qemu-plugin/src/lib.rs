@@ -13,10 +13,14 @@
 //! most one buffer per thread plus the writer queue is lost then; the file stays readable.
 //!
 //! Sampling (MemGaze): each thread records `window` accesses, then skips `period - window`,
-//! counting them, and so on. ROI: with exclusive mode only instructions inside the ROI ranges
-//! are instrumented; inclusive mode counts calls into the ranges (entry executions minus `ret`
-//! executions inside them) and records while that depth is positive, so callees count.
+//! counting them, and so on. Skips of `switch::MIN_SKIP` and more are counted by generated
+//! code instead of callbacks, and windows switched in by retranslation (`switch`).
+//!
+//! ROI: with exclusive mode only instructions inside the ROI ranges are instrumented;
+//! inclusive mode counts calls into the ranges (entry executions minus `ret` executions inside
+//! them) and records while that depth is positive, so callees count.
 
+mod switch;
 mod sys;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -206,10 +210,20 @@ impl Vcpu {
             self.sample_id += 1;
             self.window_used = 0;
             self.skip_left = self.period - self.window;
+            switch::window_closed();
         }
         if self.buf.len() >= BUFFER {
             self.flush();
         }
+    }
+
+    /// Credits `n` accesses counted inline to this thread's skip; returns the skip left.
+    fn credit_skips(&mut self, n: u64) -> u64 {
+        if !self.off {
+            self.skipped += n;
+            self.skip_left = self.skip_left.saturating_sub(n);
+        }
+        self.skip_left
     }
 
     fn close_sample(&mut self) {
@@ -350,6 +364,16 @@ extern "C" fn vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
         skipped_total: 0,
         tx: p.tx.clone(),
     });
+    static STARTED: AtomicU32 = AtomicU32::new(0);
+    if STARTED.fetch_add(1, Ordering::AcqRel) == 0 {
+        switch::set_owner(vcpu);
+    } else if let Some((owner, n)) = switch::second_thread(vcpu) {
+        // SAFETY: vCPU init runs on the creating thread, in its clone system call: the owner
+        // (the only thread so far) is that thread.
+        if let Some(o) = unsafe { vcpu_state(owner) } {
+            o.credit_skips(n);
+        }
+    }
     let old = slot.swap(Box::into_raw(v), Ordering::AcqRel);
     if !old.is_null() {
         // An index reused after its thread exited: keep the old state's totals reachable by
@@ -412,6 +436,21 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     // SAFETY: `tb` is valid for the duration of this callback; QEMU owns it.
     let (n, tb_vaddr) = unsafe { (qemu_plugin_tb_n_insns(tb), qemu_plugin_tb_vaddr(tb)) };
     note_mappings(p, tb_vaddr);
+    if switch::mode() == switch::Mode::Count {
+        for i in 0..n {
+            // SAFETY: i < n instructions of this TB; the counter is a static u64.
+            unsafe {
+                qemu_plugin_register_vcpu_mem_inline(
+                    qemu_plugin_tb_get_insn(tb, i),
+                    QEMU_PLUGIN_MEM_RW,
+                    QEMU_PLUGIN_INLINE_ADD_U64,
+                    switch::counter_ptr().cast(),
+                    1,
+                )
+            };
+        }
+        return;
+    }
     let roi = if p.cfg.roi_mode == RoiMode::None {
         &[][..]
     } else {
@@ -681,6 +720,11 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     let mut recorded = 0u64;
     let mut skipped = 0u64;
     let mut threads = 0u64;
+    let (owner, n) = switch::take_credit();
+    // SAFETY: atexit runs with every vCPU stopped.
+    if let Some(v) = unsafe { vcpu_state(owner) } {
+        v.credit_skips(n);
+    }
     let retired: Vec<usize> = retired().lock().map(|r| r.clone()).unwrap_or_default();
     let live = VCPUS
         .iter()
@@ -695,6 +739,17 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
         recorded += v.recorded_total;
         skipped += v.skipped_total;
         threads += 1;
+    }
+    if switch::resets() > 0 {
+        let _ = p.tx.send(Msg::Note(format!(
+            "switched sampling: {} retranslations{}",
+            switch::resets(),
+            if switch::enabled() {
+                ""
+            } else {
+                "; counting by callbacks since the second thread started"
+            }
+        )));
     }
     let _ = p.tx.send(Msg::Shutdown);
     let report = p
@@ -714,6 +769,7 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
             "skipped": skipped,
             "threads": threads,
             "chunks": report.chunks,
+            "resets": switch::resets(),
             "bytes": report.bytes,
             "errors": report.errors,
         });
@@ -799,13 +855,30 @@ pub unsafe extern "C" fn qemu_plugin_install(
             return 1;
         }
     }
-    if plugin().cfg.window != u64::MAX {
+    let c = &plugin().cfg;
+    let switched = c.roi_mode == RoiMode::None
+        && c.window != u64::MAX
+        && c.period - c.window >= switch::MIN_SKIP;
+    if c.window != u64::MAX {
+        let how = if switched {
+            "skips counted inline between windows (switched), each at least period - window long"
+        } else {
+            "skips counted by callbacks, each exactly period - window long"
+        };
         let _ = plugin().tx.send(Msg::Note(format!(
-            "sampled: window {} period {}",
-            plugin().cfg.window,
-            plugin().cfg.period
+            "sampled: window {} period {}; {how}",
+            c.window, c.period
         )));
     }
+    if let Err(e) = switch::init(id, switched) {
+        sys::outs(&e);
+        return 1;
+    }
+    register_callbacks(id);
+    0
+}
+
+fn register_callbacks(id: qemu_plugin_id_t) {
     // SAFETY: registering callbacks with the id QEMU gave us.
     unsafe {
         qemu_plugin_register_vcpu_init_cb(id, vcpu_init);
@@ -814,7 +887,16 @@ pub unsafe extern "C" fn qemu_plugin_install(
         qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
         qemu_plugin_register_atexit_cb(id, at_exit, ptr::null_mut());
     }
-    0
+}
+
+/// A switch of instrumentation is done (every vCPU stopped, all translations flushed):
+/// credit what the counter holds and register the callbacks again (a reset removed them).
+pub(crate) extern "C" fn on_reset(id: qemu_plugin_id_t) {
+    switch::on_reset(|owner, n| {
+        // SAFETY: every vCPU is stopped while QEMU calls this.
+        unsafe { vcpu_state(owner) }.map_or(0, |v| v.credit_skips(n))
+    });
+    register_callbacks(id);
 }
 
 #[cfg(test)]

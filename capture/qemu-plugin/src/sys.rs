@@ -43,6 +43,10 @@ pub type vcpu_udata_cb = extern "C" fn(c_uint, *mut c_void);
 pub type vcpu_mem_cb = extern "C" fn(c_uint, qemu_plugin_meminfo_t, u64, *mut c_void);
 pub type udata_cb = extern "C" fn(qemu_plugin_id_t, *mut c_void);
 pub type vcpu_syscall_ret_cb = extern "C" fn(qemu_plugin_id_t, c_uint, i64, i64);
+pub type simple_cb = extern "C" fn(qemu_plugin_id_t);
+
+/// `enum qemu_plugin_op`
+pub const QEMU_PLUGIN_INLINE_ADD_U64: c_int = 0;
 
 extern "C" {
     pub fn qemu_plugin_register_vcpu_tb_trans_cb(id: qemu_plugin_id_t, cb: tb_trans_cb);
@@ -69,6 +73,18 @@ extern "C" {
         flags: c_int,
         udata: *mut c_void,
     );
+    /// Adds `imm` to the u64 at `ptr` on each access, in generated code (no call). The
+    /// address is the same for every vCPU and the add is not atomic.
+    pub fn qemu_plugin_register_vcpu_mem_inline(
+        insn: *mut qemu_plugin_insn,
+        rw: c_int,
+        op: c_int,
+        ptr: *mut c_void,
+        imm: u64,
+    );
+    /// Unregisters every callback of the plugin, flushes all translations, then calls `cb`
+    /// (asynchronously, with every vCPU stopped). Must be called from a vCPU thread.
+    pub fn qemu_plugin_reset(id: qemu_plugin_id_t, cb: simple_cb);
     pub fn qemu_plugin_mem_size_shift(info: qemu_plugin_meminfo_t) -> c_uint;
     pub fn qemu_plugin_mem_is_store(info: qemu_plugin_meminfo_t) -> bool;
 }
@@ -91,4 +107,80 @@ pub fn block_all_signals() {
         libc::sigfillset(&mut set);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
+}
+
+/// Makes the page at `page` read-only (`writable` false) or read-write again.
+///
+/// # Safety
+/// `page` must be a page-aligned page of this library's own writable data.
+pub unsafe fn protect_page(page: *mut c_void, writable: bool) {
+    let prot = if writable {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
+    // SAFETY: the caller guarantees the page is ours; mprotect is async-signal-safe.
+    unsafe { libc::mprotect(page, 4096, prot) };
+}
+
+/// A write to a page made read-only by [`protect_page`] lands here: `on_fault` gets the
+/// faulting address and returns true when it handled the fault (then the write is retried).
+/// Any other SIGSEGV goes to the handler installed before (QEMU's), unchanged.
+pub type FaultHook = fn(usize) -> bool;
+
+static FAULT_HOOK: std::sync::OnceLock<(FaultHook, libc::sigaction)> = std::sync::OnceLock::new();
+
+extern "C" fn on_segv(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    let Some((hook, old)) = FAULT_HOOK.get() else {
+        return;
+    };
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    if hook(addr) {
+        return;
+    }
+    if old.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: an SA_SIGINFO handler has this signature; we call it exactly as the kernel
+        // would have, in the same signal context.
+        let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+            unsafe { std::mem::transmute(old.sa_sigaction) };
+        f(sig, info, ctx);
+    } else if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
+        // Put the default back: the faulting instruction runs again and kills the process.
+        // SAFETY: plain sigaction call with a zeroed (default) action.
+        unsafe {
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+        }
+    } else {
+        // SAFETY: a plain handler has this signature.
+        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(old.sa_sigaction) };
+        f(sig);
+    }
+}
+
+/// Puts `hook` in front of the current SIGSEGV handler (once; later calls do nothing). Call it
+/// after QEMU installed its own handlers, that is from a callback once guest code runs.
+pub fn install_fault_hook(hook: FaultHook) -> Result<(), String> {
+    if FAULT_HOOK.get().is_some() {
+        return Ok(());
+    }
+    // SAFETY: sigaction with zero-initialised structs; the new handler has the SA_SIGINFO
+    // signature and keeps the old handler's flags (alternate stack) and mask.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut old) != 0 {
+            return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
+        }
+        let _ = FAULT_HOOK.set((hook, old));
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_segv as *const () as usize;
+        act.sa_flags = (old.sa_flags | libc::SA_SIGINFO) & !libc::SA_RESETHAND;
+        act.sa_mask = old.sa_mask;
+        if libc::sigaction(libc::SIGSEGV, &act, std::ptr::null_mut()) != 0 {
+            return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
 }

@@ -19,8 +19,9 @@
 //! - **Pieces of a word**: consecutive accesses of one instruction to different bytes of one
 //!   8-byte word (a `rep stosb` memset is traced byte by byte) are one reference; the same
 //!   address again (a loop re-reading a flag) is a new reference.
-//! - **Footprint (MemGaze)**: per window (each sample of a sampled trace; 1024 recorded
-//!   accesses of a thread in a full trace, as in a sample) F = distinct 64-byte blocks,
+//! - **Footprint (MemGaze)**: per window (1024 recorded accesses of a thread: each sample of
+//!   the default size, each piece of a longer sample, successive pieces of a full trace)
+//!   F = distinct 64-byte blocks,
 //!   growth dF = F / references, and the shares of F
 //!   touched by strided accesses (the instruction repeats its previous address delta, or moves
 //!   at most one block) and by irregular ones. Totals over the execution are estimated by
@@ -49,8 +50,10 @@ pub const MAX_REUSE: u64 = 131_072;
 pub const LOG2_MAX_REUSE: usize = 17;
 /// Footprint block size in bytes.
 pub const BLOCK: u64 = 64;
-/// Accesses per footprint window in full traces.
-pub const FULL_TRACE_WINDOW: u64 = 1024;
+/// Most recorded accesses of one footprint window: a full trace's windows and the pieces of
+/// samples longer than this, so that growth is measured over the same length whatever the
+/// sampling.
+pub const FOOTPRINT_WINDOW: u64 = 1024;
 
 /// How reuse distances are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -644,7 +647,7 @@ struct WindowSet {
     /// References in the window (read-modify-write halves and pieces of a word merged).
     accesses: u64,
     /// Accesses recorded in the window, merged ones included: a full trace's window closes
-    /// at FULL_TRACE_WINDOW of them, the size of a sample, so both give the same growth.
+    /// at FOOTPRINT_WINDOW of them, as a sample does, so both give the same growth.
     recorded: u64,
 }
 

@@ -1,0 +1,239 @@
+//! Switched sampling: skipped accesses are counted by generated code, not by callbacks.
+//!
+//! Between windows the plugin translates the guest with one inline add per memory access to
+//! a counter (no call: QEMU emits load, add, store), so skipping costs little more than bare
+//! QEMU. A window is recorded with the memory callbacks of the callback mode. Switching
+//! between the two means retranslating everything (`qemu_plugin_reset`), which QEMU does
+//! asynchronously and only when asked from a vCPU thread:
+//!
+//! - window closed -> count: the memory callback that closes the window asks for the reset;
+//!   until the flush, callbacks go on counting skips themselves.
+//! - count -> window: no callback runs while counting, so a poller thread watches the counter
+//!   and, once the skip is long enough, makes the counter's page read-only. The next inline
+//!   add faults on the vCPU thread; the fault hook makes the page writable again (the add is
+//!   retried, nothing is lost) and asks for the reset from there. The fault interrupts
+//!   generated code, which holds no QEMU lock, so the request is safe.
+//!
+//! Every access is counted exactly once, by the counter or by a callback, so skipped counts
+//! stay exact; the windows start up to one poll late, which only lengthens a skip.
+//! QEMU 7.2's inline add goes to one address for all vCPUs and is not atomic, so the counter
+//! is only used while the guest has one thread: when a second thread starts, the plugin
+//! credits the counter to the thread that ran, goes back to callbacks for the rest of the run
+//! (exact per thread), and credits what the new thread did before the flush to it (its
+//! creator runs no guest code until the flush).
+
+use std::cell::UnsafeCell;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::sys;
+
+/// The counter on a page of its own, so that protecting it touches nothing else.
+#[repr(C, align(4096))]
+struct CounterPage(UnsafeCell<[u64; 512]>);
+
+// SAFETY: the counter is written by generated code of the one counting vCPU and only read
+// (volatile) elsewhere; a torn or stale read only delays the poller.
+unsafe impl Sync for CounterPage {}
+
+static COUNTER: CounterPage = CounterPage(UnsafeCell::new([0; 512]));
+
+/// Skips shorter than this are counted by callbacks: two retranslations per window would
+/// cost more than the callbacks they save.
+pub const MIN_SKIP: u64 = 1 << 18;
+/// Longest sleep of the poller between looks at the counter.
+const POLL: Duration = Duration::from_micros(200);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// Memory callbacks on every access: windows are recorded, skips counted by callbacks.
+    Callbacks,
+    /// The inline counter only.
+    Count,
+}
+
+/// Switched sampling is in use: sampling with long skips, no ROI, one guest thread so far.
+static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Instrumentation of translations made now (`Mode as u8`).
+static MODE: AtomicU8 = AtomicU8::new(0);
+/// The mode asked for by the pending reset.
+static TARGET: AtomicU8 = AtomicU8::new(0);
+/// A reset is asked for and not done yet (QEMU ignores a second request meanwhile).
+static PENDING: AtomicBool = AtomicBool::new(false);
+/// Counter value already credited to a thread.
+static BASE: AtomicU64 = AtomicU64::new(0);
+/// Counter value at which the next window is due.
+static TRIGGER: AtomicU64 = AtomicU64::new(u64::MAX);
+/// The vCPU whose accesses the counter holds since `BASE`.
+static OWNER: AtomicU32 = AtomicU32::new(0);
+/// Serialises the poller's protect with mode changes.
+static ARM: Mutex<()> = Mutex::new(());
+static PLUGIN_ID: AtomicU64 = AtomicU64::new(0);
+/// Resets done (two per switched window), for the status file.
+static RESETS: AtomicU64 = AtomicU64::new(0);
+
+fn mode_from(v: u8) -> Mode {
+    if v == Mode::Count as u8 {
+        Mode::Count
+    } else {
+        Mode::Callbacks
+    }
+}
+
+pub fn counter_ptr() -> *mut u64 {
+    COUNTER.0.get().cast()
+}
+
+fn count() -> u64 {
+    // SAFETY: an aligned u64 inside our static; volatile because generated code writes it.
+    unsafe { std::ptr::read_volatile(counter_ptr()) }
+}
+
+fn page() -> *mut c_void {
+    COUNTER.0.get().cast()
+}
+
+/// Mode for the translations made now.
+pub fn mode() -> Mode {
+    mode_from(MODE.load(Ordering::Acquire))
+}
+
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Acquire)
+}
+
+pub fn resets() -> u64 {
+    RESETS.load(Ordering::Relaxed)
+}
+
+/// Sets up switched sampling for plugin `id` (when `enabled`) and starts the poller.
+pub fn init(id: u64, enabled: bool) -> Result<(), String> {
+    PLUGIN_ID.store(id, Ordering::Relaxed);
+    ENABLED.store(enabled, Ordering::Release);
+    if !enabled {
+        return Ok(());
+    }
+    std::thread::Builder::new()
+        .name("mgbench-poller".into())
+        .spawn(poller)
+        .map(|_| ())
+        .map_err(|e| format!("cannot start the sampling poller: {e}"))
+}
+
+fn poller() {
+    sys::block_all_signals();
+    let pid = std::process::id();
+    loop {
+        std::thread::sleep(POLL);
+        if !enabled() {
+            return;
+        }
+        let Ok(_guard) = ARM.lock() else {
+            return;
+        };
+        if mode() == Mode::Count
+            && !PENDING.load(Ordering::Acquire)
+            && count() >= TRIGGER.load(Ordering::Acquire)
+            && std::process::id() == pid
+        {
+            // SAFETY: the counter page is our own static page.
+            unsafe { sys::protect_page(page(), false) };
+        }
+    }
+}
+
+/// The fault hook: a write to the protected counter page.
+fn on_fault(addr: usize) -> bool {
+    if addr & !0xfff != page() as usize {
+        return false;
+    }
+    // SAFETY: our own page; mprotect is async-signal-safe.
+    unsafe { sys::protect_page(page(), true) };
+    request(Mode::Callbacks);
+    true
+}
+
+/// Asks QEMU to retranslate into `to` (from a vCPU thread); `crate::on_reset` runs after
+/// the flush and calls [`on_reset`].
+fn request(to: Mode) {
+    TARGET.store(to as u8, Ordering::Release);
+    if !PENDING.swap(true, Ordering::AcqRel) {
+        // SAFETY: called on a vCPU thread (a callback, or the fault hook interrupting
+        // generated code) with the id QEMU gave the plugin.
+        unsafe { sys::qemu_plugin_reset(PLUGIN_ID.load(Ordering::Relaxed), crate::on_reset) };
+    }
+}
+
+/// A window just closed (in a callback, on the vCPU's thread): count the skip inline.
+pub fn window_closed() {
+    if enabled() {
+        request(Mode::Count);
+    }
+}
+
+/// A guest thread `vcpu` starts while others are live (called on its creator's thread, in
+/// the clone system call). Returns the counter credit that belongs to the creator, `owner`.
+pub fn second_thread(child: u32) -> Option<(u32, u64)> {
+    if !ENABLED.swap(false, Ordering::AcqRel) {
+        return None;
+    }
+    let _guard = ARM.lock().ok();
+    // SAFETY: our own page.
+    unsafe { sys::protect_page(page(), true) };
+    let owner = OWNER.swap(child, Ordering::AcqRel);
+    let now = count();
+    let credit = now - BASE.swap(now, Ordering::AcqRel);
+    if mode() == Mode::Count || PENDING.load(Ordering::Acquire) {
+        request(Mode::Callbacks);
+    }
+    Some((owner, credit))
+}
+
+/// Called when the reset is done, with every vCPU stopped: returns the counter credit since
+/// the last one (for `OWNER`) and the mode to translate in from now on. `skip_left` gives
+/// the owner's remaining skip once the credit is applied, for the poller's trigger.
+pub fn on_reset(credit: impl FnOnce(u32, u64) -> u64) -> Mode {
+    RESETS.fetch_add(1, Ordering::Relaxed);
+    let _guard = ARM.lock().ok();
+    // SAFETY: our own page.
+    unsafe { sys::protect_page(page(), true) };
+    let now = count();
+    let delta = now - BASE.swap(now, Ordering::AcqRel);
+    let skip_left = credit(OWNER.load(Ordering::Acquire), delta);
+    let to = if enabled() {
+        mode_from(TARGET.load(Ordering::Acquire))
+    } else {
+        Mode::Callbacks
+    };
+    if to == Mode::Count {
+        if let Err(e) = sys::install_fault_hook(on_fault) {
+            sys::outs(&format!("{e}: switched sampling off"));
+            ENABLED.store(false, Ordering::Release);
+            return finish(Mode::Callbacks);
+        }
+        TRIGGER.store(now + skip_left, Ordering::Release);
+    }
+    finish(to)
+}
+
+fn finish(to: Mode) -> Mode {
+    MODE.store(to as u8, Ordering::Release);
+    PENDING.store(false, Ordering::Release);
+    to
+}
+
+/// The counter's credit not given to any thread yet (at exit), for `OWNER`.
+pub fn take_credit() -> (u32, u64) {
+    let now = count();
+    (
+        OWNER.load(Ordering::Acquire),
+        now - BASE.swap(now, Ordering::AcqRel),
+    )
+}
+
+/// The only guest thread so far (set when the first vCPU starts).
+pub fn set_owner(vcpu: u32) {
+    OWNER.store(vcpu, Ordering::Release);
+}
