@@ -565,6 +565,41 @@ fn bad_programs_are_refused_before_anything_runs() {
 }
 
 #[test]
+fn a_forked_child_exits_with_its_own_status() {
+    if !need_qemu("capture of a forking program") {
+        return;
+    }
+    let dir = temp_dir("fork");
+    std::fs::write(
+        dir.join("forky.c"),
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n#include <sys/wait.h>\n\
+         int main(void) { volatile long s = 0; for (long i = 0; i < 3000000; i++) s += i;\n\
+         pid_t p = fork(); if (p == 0) { for (long i = 0; i < 1000; i++) s += i; exit(3); }\n\
+         int st; waitpid(p, &st, 0); printf(\"child %d\\n\", WEXITSTATUS(st));\n\
+         return WEXITSTATUS(st) == 3 ? 0 : 1; }\n",
+    )
+    .unwrap();
+    assert!(Command::new("gcc")
+        .args(["-O1", "-o", "forky", "forky.c"])
+        .current_dir(&dir)
+        .status()
+        .unwrap()
+        .success());
+    // Sampled (switched: the child inherits the counting translation) and full.
+    for mode in [&[][..], &["--full"][..]] {
+        let mut a = vec!["capture", "--quiet", "-o", "f.mgbt"];
+        a.extend(mode);
+        a.push("./forky");
+        let o = mgbench(&a, &dir);
+        assert!(o.status.success(), "{mode:?}: {}", stderr(&o));
+        assert!(stdout(&o).contains("child 3"), "{mode:?}: {}", stdout(&o));
+        assert!(!stderr(&o).contains("panicked"), "{mode:?}: {}", stderr(&o));
+        let t = read_trace(&dir.join("f.mgbt"));
+        assert!(t.end.is_some() && !t.chunks.is_empty(), "{mode:?}");
+    }
+}
+
+#[test]
 fn a_crashing_program_leaves_a_valid_trace_and_its_signal() {
     if !need_qemu("capture of a crash") {
         return;

@@ -717,6 +717,12 @@ fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterRepo
 
 extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     let p = plugin();
+    if std::process::id() != p.pid {
+        // A forked child exits: the writer thread, the trace and the status file belong to
+        // the parent (the child's threads did not survive fork; joining one would abort the
+        // child and change its exit status).
+        return;
+    }
     let mut recorded = 0u64;
     let mut skipped = 0u64;
     let mut threads = 0u64;
