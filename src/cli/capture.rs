@@ -176,25 +176,26 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
     let mut report = run_capture(&cfg)?;
     // The guest died of SIGILL: most likely an instruction TCG lacks (AVX-512 in code the
     // scan did not see: a library, JIT code). Natively, under ptrace, it runs.
-    let sigill_under_qemu = kind == BackendKind::Qemu
+    if kind == BackendKind::Qemu
         && report.exit == ProgramExit::Signal(4)
-        && backend::host_has_avx512();
-    if sigill_under_qemu && (why.is_none() || args.sample_period.is_some()) {
-        let blocker = if why.is_none() {
-            "--backend qemu"
+        && backend::host_has_avx512()
+    {
+        if why.is_some() && args.sample_period.is_none() {
+            let again = "the program died of SIGILL under QEMU, whose TCG lacks AVX-512: capturing again, natively, with ptrace";
+            eprintln!("mgbench: backend ptrace (auto: {again})");
+            cfg.backend = BackendKind::Ptrace;
+            cfg.mode = capture_mode(&args, BackendKind::Ptrace, Some(again))?;
+            cfg.notes = vec![auto_note(BackendKind::Ptrace, again)];
+            cfg.progress = Default::default();
+            report = run_capture(&cfg)?;
         } else {
-            "--sample-period (ptrace samples by time)"
-        };
-        eprintln!("mgbench: the program died of SIGILL under QEMU, most likely an AVX-512 instruction (QEMU's TCG has none); {blocker} kept mgbench from capturing it again with ptrace: run `mgbench capture --backend ptrace` (with --sample-interval MS instead of --sample-period)");
-    }
-    if why.is_some() && sigill_under_qemu && args.sample_period.is_none() {
-        let again = "the program died of SIGILL under QEMU, whose TCG lacks AVX-512: capturing again, natively, with ptrace";
-        eprintln!("mgbench: backend ptrace (auto: {again})");
-        cfg.backend = BackendKind::Ptrace;
-        cfg.mode = capture_mode(&args, BackendKind::Ptrace, Some(again))?;
-        cfg.notes = vec![auto_note(BackendKind::Ptrace, again)];
-        cfg.progress = Default::default();
-        report = run_capture(&cfg)?;
+            let blocker = if why.is_none() {
+                "--backend qemu"
+            } else {
+                "--sample-period (ptrace samples by time)"
+            };
+            eprintln!("mgbench: the program died of SIGILL under QEMU, most likely an AVX-512 instruction (QEMU's TCG has none); {blocker} kept mgbench from capturing it again with ptrace: run `mgbench capture --backend ptrace` (with --sample-interval MS instead of --sample-period)");
+        }
     }
     let per = if report.recorded > 0 {
         format!(

@@ -314,6 +314,15 @@ unsafe fn vcpu_state<'a>(vcpu: c_uint) -> Option<&'a mut Vcpu> {
     unsafe { p.as_mut() }
 }
 
+/// Credits `n` accesses counted inline to vCPU `vcpu`'s skip; returns its skip left.
+///
+/// # Safety
+/// As [`vcpu_state`]: only on that vCPU's thread, or with every vCPU stopped.
+unsafe fn credit_skips(vcpu: u32, n: u64) -> u64 {
+    // SAFETY: the caller's guarantee.
+    unsafe { vcpu_state(vcpu) }.map_or(0, |v| v.credit_skips(n))
+}
+
 extern "C" fn mem_cb(vcpu: c_uint, info: qemu_plugin_meminfo_t, addr: u64, udata: *mut c_void) {
     // SAFETY: QEMU runs memory callbacks on the vCPU's own thread.
     if let Some(v) = unsafe { vcpu_state(vcpu) } {
@@ -370,9 +379,7 @@ extern "C" fn vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
     } else if let Some((owner, n)) = switch::second_thread(vcpu) {
         // SAFETY: vCPU init runs on the creating thread, in its clone system call: the owner
         // (the only thread so far) is that thread.
-        if let Some(o) = unsafe { vcpu_state(owner) } {
-            o.credit_skips(n);
-        }
+        unsafe { credit_skips(owner, n) };
     }
     let old = slot.swap(Box::into_raw(v), Ordering::AcqRel);
     if !old.is_null() {
@@ -733,9 +740,7 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     let mut threads = 0u64;
     let (owner, n) = switch::take_credit();
     // SAFETY: atexit runs with every vCPU stopped.
-    if let Some(v) = unsafe { vcpu_state(owner) } {
-        v.credit_skips(n);
-    }
+    unsafe { credit_skips(owner, n) };
     let retired: Vec<usize> = retired().lock().map(|r| r.clone()).unwrap_or_default();
     let live = VCPUS
         .iter()
@@ -903,10 +908,8 @@ fn register_callbacks(id: qemu_plugin_id_t) {
 /// A switch of instrumentation is done (every vCPU stopped, all translations flushed):
 /// credit what the counter holds and register the callbacks again (a reset removed them).
 pub(crate) extern "C" fn on_reset(id: qemu_plugin_id_t) {
-    switch::on_reset(|owner, n| {
-        // SAFETY: every vCPU is stopped while QEMU calls this.
-        unsafe { vcpu_state(owner) }.map_or(0, |v| v.credit_skips(n))
-    });
+    // SAFETY: every vCPU is stopped while QEMU calls this.
+    switch::on_reset(|owner, n| unsafe { credit_skips(owner, n) });
     register_callbacks(id);
 }
 

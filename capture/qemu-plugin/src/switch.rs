@@ -191,10 +191,10 @@ pub fn second_thread(child: u32) -> Option<(u32, u64)> {
     Some((owner, credit))
 }
 
-/// Called when the reset is done, with every vCPU stopped: returns the counter credit since
-/// the last one (for `OWNER`) and the mode to translate in from now on. `skip_left` gives
-/// the owner's remaining skip once the credit is applied, for the poller's trigger.
-pub fn on_reset(credit: impl FnOnce(u32, u64) -> u64) -> Mode {
+/// Called when the reset is done, with every vCPU stopped: gives the counter's credit since
+/// the last one to `credit` (for `OWNER`), which returns the owner's skip left, and sets the
+/// mode to translate in from now on (and the poller's trigger when that is counting).
+pub fn on_reset(credit: impl FnOnce(u32, u64) -> u64) {
     RESETS.fetch_add(1, Ordering::Relaxed);
     let _guard = ARM.lock().ok();
     // SAFETY: our own page.
@@ -218,10 +218,9 @@ pub fn on_reset(credit: impl FnOnce(u32, u64) -> u64) -> Mode {
     finish(to)
 }
 
-fn finish(to: Mode) -> Mode {
+fn finish(to: Mode) {
     MODE.store(to as u8, Ordering::Release);
     PENDING.store(false, Ordering::Release);
-    to
 }
 
 /// The counter's credit not given to any thread yet (at exit), for `OWNER`.

@@ -19,10 +19,9 @@
 //! - **Pieces of a word**: consecutive accesses of one instruction to different bytes of one
 //!   8-byte word (a `rep stosb` memset is traced byte by byte) are one reference; the same
 //!   address again (a loop re-reading a flag) is a new reference.
-//! - **Footprint (MemGaze)**: per window (1024 recorded accesses of a thread: each sample of
-//!   the default size, each piece of a longer sample, successive pieces of a full trace)
-//!   F = distinct 64-byte blocks,
-//!   growth dF = F / references, and the shares of F
+//! - **Footprint (MemGaze)**: per window (at most 1024 recorded accesses of a thread: a
+//!   sample that short, else successive 1024-access pieces of a sample or of a full trace)
+//!   F = distinct 64-byte blocks, growth dF = F / references, and the shares of F
 //!   touched by strided accesses (the instruction repeats its previous address delta, or moves
 //!   at most one block) and by irregular ones. Totals over the execution are estimated by
 //!   scaling the recorded accesses by the sample ratio rho.
