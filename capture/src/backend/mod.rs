@@ -50,7 +50,7 @@ impl BackendKind {
 /// Default sampling: windows of 4096 accesses about every 2^20 (MemGaze's scale, 1 in ~230
 /// recorded). With the `qemu` backend, skips this long are counted by generated code and
 /// windows switched in by retranslation (1.1-1.5x bare QEMU here); periods under 2^18 are
-/// counted by callbacks, exactly `period - window` each, at 1.5-3.6x. Windows of 4096 rather
+/// counted by callbacks, exactly `period - window` each, at 1.3-3.6x. Windows of 4096 rather
 /// than 1024 see reuses up to a few thousand accesses long (a 1024 window missed half of a
 /// column walk's reuses: 47% off in the fidelity table, 12% at 4096), at no measurable cost.
 pub const DEFAULT_WINDOW: u64 = 4096;
