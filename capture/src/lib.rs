@@ -37,6 +37,7 @@
 pub mod backend;
 pub mod import;
 pub mod progress;
+pub mod spill;
 pub mod stats;
 pub mod symbols;
 pub mod trace;

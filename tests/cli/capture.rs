@@ -599,49 +599,154 @@ fn a_forked_child_exits_with_its_own_status() {
     }
 }
 
+/// A program whose `threads` threads each store `n` doubles in one loop, then end as `how`
+/// says: `segv` (a null load), `wait` (print "ready" and wait to be killed) or `exit`.
+const DYING: &str = r#"#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static long n;
+static void *fill(void *p) { volatile double *a = malloc(8 * n); for (long i = 0; i < n; i++) a[i] = i; return (void *)a; }
+int main(int c, char **v) {
+  n = atol(v[1]); int threads = atoi(v[2]); pthread_t t[16];
+  for (int i = 1; i < threads; i++) pthread_create(&t[i], 0, fill, 0);
+  fill(0);
+  for (int i = 1; i < threads; i++) pthread_join(t[i], 0);
+  if (v[3][0] == 's') return (int)*(volatile int *)0;
+  if (v[3][0] == 'w') { printf("ready\n"); fflush(stdout); pause(); }
+  return 0;
+}
+"#;
+
+fn build_dying(dir: &std::path::Path) {
+    std::fs::write(dir.join("dying.c"), DYING).unwrap();
+    assert!(Command::new("gcc")
+        .args(["-O1", "-pthread", "-o", "dying", "dying.c"])
+        .current_dir(dir)
+        .status()
+        .unwrap()
+        .success());
+}
+
+/// Stores recorded at the fill loop's store (the trace's most frequent instruction).
+fn loop_stores(t: &Trace) -> u64 {
+    let mut per_ip = std::collections::HashMap::<u64, u64>::new();
+    for a in t.chunks.iter().flat_map(|c| &c.accesses) {
+        if a.kind == AccessKind::Store {
+            *per_ip.entry(a.ip).or_default() += 1;
+        }
+    }
+    per_ip.values().copied().max().unwrap_or(0)
+}
+
 #[test]
-fn a_crashing_program_leaves_a_valid_trace_and_its_signal() {
+fn a_crashing_program_leaves_every_recorded_access_and_its_signal() {
     if !need_qemu("capture of a crash") {
         return;
     }
     let dir = temp_dir("crash");
-    std::fs::write(
-        dir.join("crash.c"),
-        "#include <stdlib.h>\nint main(int c, char **v) { long n = atol(v[1]); volatile double *a = malloc(8 * n);\n\
-         for (long i = 0; i < n; i++) a[i] = i; return (int)*(volatile int *)0; }\n",
-    )
-    .unwrap();
-    assert!(Command::new("gcc")
-        .args(["-O1", "-o", "crash", "crash.c"])
-        .current_dir(&dir)
-        .status()
-        .unwrap()
-        .success());
-    let stores = 3_000_000usize;
+    build_dying(&dir);
+    // More than a slot (64 Ki accesses) per thread, and not a multiple of it: QEMU runs no
+    // exit hook, so what the threads and the writer still held comes from the spill file.
+    let n = 1_000_003u64;
+    for threads in [1u64, 3] {
+        let o = mgbench(
+            &[
+                "capture",
+                "--full",
+                "-o",
+                "c.mgbt",
+                "./dying",
+                &n.to_string(),
+                &threads.to_string(),
+                "segv",
+            ],
+            &dir,
+        );
+        assert_eq!(o.status.code(), Some(139), "128 + SIGSEGV");
+        assert!(stderr(&o).contains("SIGSEGV"), "{}", stderr(&o));
+        let t = read_trace(&dir.join("c.mgbt"));
+        assert!(!t.damaged);
+        let end = t.end.as_ref().expect("end frame");
+        assert_eq!(end.signal, Some(11));
+        assert_eq!(
+            loop_stores(&t),
+            threads * n,
+            "{threads} thread(s): every store"
+        );
+        assert!(t.chunks.iter().all(|c| c.is_consistent()));
+        let o = mgbench(&["trace", "info", "c.mgbt"], &dir);
+        assert!(o.status.success());
+        assert!(stdout(&o).contains("killed by SIGSEGV"), "{}", stdout(&o));
+    }
+    // The same program ending normally records the same stores.
     let o = mgbench(
         &[
             "capture",
             "--full",
             "-o",
-            "c.mgbt",
-            "./crash",
-            &stores.to_string(),
+            "e.mgbt",
+            "./dying",
+            &n.to_string(),
+            "3",
+            "exit",
         ],
         &dir,
     );
-    assert_eq!(o.status.code(), Some(139), "128 + SIGSEGV");
-    assert!(stderr(&o).contains("SIGSEGV"), "{}", stderr(&o));
-    let t = read_trace(&dir.join("c.mgbt"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(loop_stores(&read_trace(&dir.join("e.mgbt"))), 3 * n);
+}
+
+#[test]
+fn killing_qemu_with_sigkill_loses_no_recorded_access() {
+    if !need_qemu("capture of a program killed with SIGKILL") {
+        return;
+    }
+    let dir = temp_dir("qemukill");
+    build_dying(&dir);
+    let n = 700_001u64;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+        .args([
+            "capture",
+            "--full",
+            "-o",
+            "k.mgbt",
+            "./dying",
+            &n.to_string(),
+            "2",
+            "wait",
+        ])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // The program waits with its last accesses still in QEMU's memory: kill QEMU.
+    let needle = format!("{}/k.mgbt", dir.display());
+    let qemu: Vec<u32> = processes_with(&needle)
+        .into_iter()
+        .filter(|&p| p != child.id())
+        .collect();
+    assert_eq!(qemu.len(), 1, "QEMU is running: {qemu:?}");
+    let k = Command::new("kill")
+        .args(["-KILL", &qemu[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(k.success());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(137), "128 + SIGKILL: {}", stderr(&o));
+    let t = read_trace(&dir.join("k.mgbt"));
     assert!(!t.damaged);
-    let end = t.end.expect("end frame");
-    assert_eq!(end.signal, Some(11));
-    // QEMU skips plugin exit hooks when the guest dies from a signal: what was still in the
-    // thread's buffer (64 Ki accesses) and the writer's queue (4 chunks) is lost, no more.
-    let n: usize = t.chunks.iter().map(|c| c.accesses.len()).sum();
-    assert!(n >= stores - 5 * 65536, "{n} of {stores} stores kept");
-    let o = mgbench(&["trace", "info", "c.mgbt"], &dir);
-    assert!(o.status.success());
-    assert!(stdout(&o).contains("killed by SIGSEGV"), "{}", stdout(&o));
+    assert_eq!(t.end.as_ref().expect("end frame").signal, Some(9));
+    assert_eq!(
+        loop_stores(&t),
+        2 * n,
+        "every store recorded before the kill"
+    );
 }
 
 #[test]

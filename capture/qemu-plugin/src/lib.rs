@@ -2,15 +2,16 @@
 //! samples of them) into an mgbench trace.
 //!
 //! Loaded by `mgbench capture` as
-//! `qemu-x86_64 -plugin libmgbench_qemu_plugin.so,out=TRACE,status=FILE[,window=W,period=P]
+//! `qemu-x86_64 -plugin libmgbench_qemu_plugin.so,out=TRACE,status=FILE[,spill=FILE,window=W,period=P]
 //! [,roi=START:END,...,exe=PATH,exe_base=A,roi_mode=inclusive|exclusive] PROGRAM ARGS`.
 //! mgbench writes the trace header; the plugin appends frames; mgbench appends the end frame.
 //!
-//! Each guest thread is a QEMU vCPU with its own state: a buffer of raw accesses and the
-//! sampling counters. The memory callback does a few loads, a compare and a store; when a
-//! buffer fills (64 Ki accesses) it goes to a writer thread that encodes, compresses and
-//! appends it. QEMU does not call plugin exit hooks when the guest dies from a signal, so at
-//! most one buffer per thread plus the writer queue is lost then; the file stays readable.
+//! Each guest thread is a QEMU vCPU with its own state: a slot of raw accesses and the
+//! sampling counters. The memory callback does a few loads, a compare and two stores; when a
+//! slot fills (64 Ki accesses) it goes to a writer thread that encodes, compresses and
+//! appends it. QEMU does not call plugin exit hooks when the guest dies from a signal or is
+//! killed, so the slots live in a file shared with mgbench (`spill=PATH`, see `slots`), which
+//! writes what they still hold: nothing recorded is lost.
 //!
 //! Sampling (MemGaze): each thread records `window` accesses, then skips `period - window`,
 //! counting them, and so on. Skips of `switch::MIN_SKIP` and more are counted by generated
@@ -20,6 +21,7 @@
 //! inclusive mode counts calls into the ranges (entry executions minus `ret` executions inside
 //! them) and records while that depth is positive, so callees count.
 
+mod slots;
 mod switch;
 mod sys;
 
@@ -31,6 +33,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
 
+use mgbench_capture::spill::{self, RawAccess, RawSample, SLOT_ACCESSES, SLOT_SAMPLES};
 use mgbench_capture::trace::{Access, AccessKind, Mapping, SampleHeader, TraceWriter};
 
 use sys::*;
@@ -39,27 +42,14 @@ use sys::*;
 #[no_mangle]
 pub static qemu_plugin_version: c_int = 1;
 
-/// Accesses buffered per thread before a chunk is handed to the writer.
-const BUFFER: usize = 1 << 16;
 /// Chunks in flight to the writer before vCPU threads wait (bounds memory and loss).
 const QUEUE: usize = 4;
 /// vCPU indices the plugin can track (guest threads over the program's lifetime).
 const MAX_VCPUS: usize = 1 << 16;
 
-/// One recorded access before decoding: QEMU's meminfo is decoded on the writer thread.
-#[derive(Clone, Copy)]
-struct RawAccess {
-    ip: u64,
-    addr: u64,
-    info: u32,
-}
-
 enum Msg {
-    Chunk {
-        thread: u32,
-        samples: Vec<SampleHeader>,
-        accesses: Vec<RawAccess>,
-    },
+    /// A queued slot (see `slots`).
+    Chunk(u32),
     Mappings(Vec<Mapping>),
     Note(String),
     Shutdown,
@@ -75,6 +65,8 @@ enum RoiMode {
 struct Config {
     out: String,
     status: Option<String>,
+    /// The file shared with mgbench that holds the slots.
+    spill: Option<String>,
     /// File whose first 16 bytes the writer keeps at (accesses recorded, trace bytes).
     progress: Option<String>,
     window: u64,
@@ -92,6 +84,7 @@ impl Config {
         let mut c = Config {
             out: String::new(),
             status: None,
+            spill: None,
             progress: None,
             window: u64::MAX,
             period: u64::MAX,
@@ -117,6 +110,7 @@ impl Config {
             match k {
                 "out" => c.out = v.to_string(),
                 "status" => c.status = Some(v.to_string()),
+                "spill" => c.spill = Some(v.to_string()),
                 "progress" => c.progress = Some(v.to_string()),
                 "window" => c.window = num(k, v)?,
                 "period" => c.period = num(k, v)?,
@@ -170,8 +164,10 @@ struct Vcpu {
     roi_depth: u64,
     window: u64,
     period: u64,
-    buf: Vec<RawAccess>,
-    samples: Vec<SampleHeader>,
+    /// Where accesses go (`None` only when `off`).
+    slot: Option<slots::Slot>,
+    len: u32,
+    closed: u32,
     sample_open: bool,
     sample_id: u64,
     sample_skipped: u64,
@@ -196,13 +192,26 @@ impl Vcpu {
             return;
         }
         if !self.sample_open {
-            self.sample_open = true;
-            self.sample_skipped = self.skipped;
             self.skipped_total += self.skipped;
+            self.open_sample(self.skipped);
             self.skipped = 0;
-            self.sample_len = 0;
         }
-        self.buf.push(RawAccess { ip, addr, info });
+        let Some(s) = &self.slot else {
+            return;
+        };
+        // SAFETY: len < SLOT_ACCESSES (the slot is handed over when full), so the write is
+        // inside the slot this thread alone fills.
+        unsafe {
+            s.accesses.add(self.len as usize).write(RawAccess {
+                ip,
+                addr,
+                info,
+                _pad: 0,
+            })
+        };
+        self.len += 1;
+        // Published after the access is written: mgbench reads `len` if QEMU dies.
+        s.header.len.store(self.len, Ordering::Release);
         self.sample_len += 1;
         self.window_used += 1;
         if self.window_used == self.window {
@@ -212,8 +221,21 @@ impl Vcpu {
             self.skip_left = self.period - self.window;
             switch::window_closed();
         }
-        if self.buf.len() >= BUFFER {
-            self.flush();
+        if self.len as usize >= SLOT_ACCESSES || self.closed as usize >= SLOT_SAMPLES {
+            self.flush(false);
+        }
+    }
+
+    fn open_sample(&mut self, skipped_before: u64) {
+        self.sample_open = true;
+        self.sample_skipped = skipped_before;
+        self.sample_len = 0;
+        if let Some(s) = &self.slot {
+            s.header.open_id.store(self.sample_id, Ordering::Relaxed);
+            s.header
+                .open_skipped
+                .store(skipped_before, Ordering::Relaxed);
+            s.header.open.store(1, Ordering::Release);
         }
     }
 
@@ -227,45 +249,74 @@ impl Vcpu {
     }
 
     fn close_sample(&mut self) {
-        if self.sample_open {
-            if self.sample_len > 0 {
-                self.samples.push(SampleHeader {
+        if !self.sample_open {
+            return;
+        }
+        self.sample_open = false;
+        let Some(s) = &self.slot else {
+            return;
+        };
+        if self.sample_len > 0 && (self.closed as usize) < SLOT_SAMPLES {
+            // SAFETY: closed < SLOT_SAMPLES: inside the slot this thread alone fills.
+            unsafe {
+                s.samples.add(self.closed as usize).write(RawSample {
                     id: self.sample_id,
                     skipped_before: self.sample_skipped,
                     len: self.sample_len,
-                });
-            }
-            self.sample_open = false;
-            self.sample_len = 0;
+                    _pad: 0,
+                })
+            };
+            self.closed += 1;
+            s.header.samples.store(self.closed, Ordering::Release);
         }
+        // Marked closed only after its header is in the slot: a death in between leaves the
+        // sample closed with no accesses after it, which mgbench reads as such.
+        s.header.open.store(0, Ordering::Release);
+        self.sample_len = 0;
     }
 
-    /// Hands the buffered accesses to the writer. An open sample continues in the next chunk
-    /// under the same id with no skip.
-    fn flush(&mut self) {
+    /// Hands the slot to the writer and takes an empty one (none when `last`: the thread is
+    /// done). An open sample continues in the next chunk under the same id with no skip.
+    fn flush(&mut self, last: bool) {
         let continuing = self.sample_open;
         self.close_sample();
         let p = plugin();
-        if std::process::id() != p.pid || p.failed.load(Ordering::Relaxed) {
-            // A forked child (its writer thread did not survive fork) or a failed writer.
+        if std::process::id() != p.pid {
+            // A forked child: its writer thread did not survive fork, and its slots are
+            // private copies (see `slots`); the free list's lock may be held by a thread that
+            // is gone, so it is not touched.
             self.off = true;
-            self.buf.clear();
-            self.samples.clear();
+            self.slot = None;
             return;
         }
-        if !self.buf.is_empty() {
-            self.recorded_total += self.buf.len() as u64;
-            let accesses = std::mem::replace(&mut self.buf, take_buffer());
-            let samples = std::mem::take(&mut self.samples);
-            let _ = self.tx.send(Msg::Chunk {
-                thread: self.thread,
-                samples,
-                accesses,
-            });
+        let Some(s) = self.slot.take() else {
+            return;
+        };
+        if self.len > 0 && !p.failed.load(Ordering::Relaxed) {
+            self.recorded_total += u64::from(self.len);
+            slots::queue(&s);
+            let _ = self.tx.send(Msg::Chunk(s.index));
+        } else {
+            slots::release(s.index);
+        }
+        self.len = 0;
+        self.closed = 0;
+        if last || p.failed.load(Ordering::Relaxed) {
+            self.off = true;
+            return;
+        }
+        self.slot = slots::take(self.thread);
+        if self.slot.is_none() {
+            self.off = true;
+            let _ = p.tx.send(Msg::Note(format!(
+                "thread {}: more than {} guest threads at once, its accesses from here on are not recorded",
+                self.thread,
+                spill::MAX_SLOTS
+            )));
+            return;
         }
         if continuing {
-            self.sample_open = true;
-            self.sample_skipped = 0;
+            self.open_sample(0);
         }
     }
 }
@@ -279,7 +330,6 @@ struct Plugin {
     maps: Mutex<Vec<(u64, u64)>>,
     /// ROI ranges at run time (link-time ranges plus the load bias), set at first translation.
     roi_runtime: OnceLock<Vec<(u64, u64)>>,
-    free: Mutex<Vec<Vec<RawAccess>>>,
 }
 
 static PLUGIN: OnceLock<Plugin> = OnceLock::new();
@@ -289,15 +339,6 @@ static VCPUS: [AtomicPtr<Vcpu>; MAX_VCPUS] = [const { AtomicPtr::new(ptr::null_m
 fn plugin() -> &'static Plugin {
     // Callbacks are only registered after PLUGIN is set in qemu_plugin_install.
     PLUGIN.get().expect("mgbench plugin used before install")
-}
-
-fn take_buffer() -> Vec<RawAccess> {
-    let p = plugin();
-    p.free
-        .lock()
-        .ok()
-        .and_then(|mut f| f.pop())
-        .unwrap_or_else(|| Vec::with_capacity(BUFFER))
 }
 
 /// The calling vCPU's state.
@@ -353,15 +394,24 @@ extern "C" fn vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
         return;
     };
     static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
+    let thread = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    let buffer = slots::take(thread);
+    if buffer.is_none() {
+        let _ = p.tx.send(Msg::Note(format!(
+            "thread {thread}: more than {} guest threads at once, not recorded",
+            spill::MAX_SLOTS
+        )));
+    }
     let v = Box::new(Vcpu {
-        thread: NEXT_THREAD.fetch_add(1, Ordering::Relaxed),
-        off: false,
+        thread,
+        off: buffer.is_none(),
         roi_gate: p.cfg.roi_mode == RoiMode::Inclusive,
         roi_depth: 0,
         window: p.cfg.window,
         period: p.cfg.period,
-        buf: take_buffer(),
-        samples: Vec::new(),
+        slot: buffer,
+        len: 0,
+        closed: 0,
         sample_open: false,
         sample_id: 0,
         sample_skipped: 0,
@@ -397,7 +447,7 @@ fn retired() -> &'static Mutex<Vec<usize>> {
 extern "C" fn vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {
     // SAFETY: the exit callback runs on the exiting vCPU's thread.
     if let Some(v) = unsafe { vcpu_state(vcpu) } {
-        v.flush();
+        v.flush(true);
     }
 }
 
@@ -589,47 +639,25 @@ fn read_proc_maps() -> Vec<Mapping> {
         .unwrap_or_default()
 }
 
-/// QEMU's meminfo values are few (size x load/store x sign x MMU index): each is decoded once
-/// through the API and kept in a small direct-mapped table, instead of two FFI calls per
-/// access. (A hash map here cost the writer a third of its time: a gather loop alternates
-/// between two values, so a one-entry cache missed on every access.)
-struct MemInfoCache {
-    slots: Box<[(u32, u8, AccessKind); MemInfoCache::SLOTS]>,
-}
-
-impl Default for MemInfoCache {
-    fn default() -> Self {
-        // u32::MAX is never a meminfo value (its high bits are unused), so it marks empty.
-        MemInfoCache {
-            slots: Box::new([(u32::MAX, 0, AccessKind::Load); MemInfoCache::SLOTS]),
-        }
-    }
-}
-
-impl MemInfoCache {
-    const SLOTS: usize = 256;
-
-    #[inline]
-    fn get(&mut self, info: u32) -> (u8, AccessKind) {
-        let i = ((info ^ (info >> 8) ^ (info >> 16)) as usize) % Self::SLOTS;
-        let slot = &mut self.slots[i];
-        if slot.0 != info {
-            // SAFETY: pure decoding of a meminfo value QEMU gave us.
-            let (shift, store) = unsafe {
-                (
-                    qemu_plugin_mem_size_shift(info),
-                    qemu_plugin_mem_is_store(info),
-                )
-            };
-            let kind = if store {
-                AccessKind::Store
-            } else {
-                AccessKind::Load
-            };
-            *slot = (info, 1u8 << shift.min(7), kind);
-        }
-        (slot.1, slot.2)
-    }
+/// Size and kind of an access from QEMU's meminfo, through the spill file's decoding table
+/// (filled once through the API at start) instead of two FFI calls per access.
+#[inline]
+fn decode(info: u32) -> (u8, AccessKind) {
+    spill::decode_info(slots::decode_entry(info)).unwrap_or_else(|| {
+        // SAFETY: pure decoding of a meminfo value QEMU gave us.
+        let (shift, store) = unsafe {
+            (
+                qemu_plugin_mem_size_shift(info),
+                qemu_plugin_mem_is_store(info),
+            )
+        };
+        let kind = if store {
+            AccessKind::Store
+        } else {
+            AccessKind::Load
+        };
+        (1u8 << shift.min(7), kind)
+    })
 }
 
 struct WriterReport {
@@ -642,6 +670,9 @@ fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterRepo
     sys::block_all_signals();
     // Unbuffered: each frame is one write(2), so a frame handed to the kernel survives the
     // guest dying from a signal (QEMU then skips plugin exit hooks).
+    // Where the plugin's frames start: mgbench wrote the header.
+    let start = file.metadata().map(|m| m.len()).unwrap_or(0);
+    slots::set_committed(start);
     let mut w = TraceWriter::append(file);
     w.set_level(level);
     let mut report = WriterReport {
@@ -649,7 +680,6 @@ fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterRepo
         bytes: 0,
         errors: Vec::new(),
     };
-    let mut decode = MemInfoCache::default();
     let p = plugin();
     let progress = p
         .cfg
@@ -671,20 +701,33 @@ fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterRepo
     };
     while let Ok(msg) = rx.recv() {
         if p.failed.load(Ordering::Relaxed) {
-            if let Msg::Shutdown = msg {
-                break;
+            match msg {
+                Msg::Shutdown => break,
+                Msg::Chunk(slot) => slots::release(slot),
+                _ => {}
             }
             continue;
         }
         let result = match msg {
-            Msg::Chunk {
-                thread,
-                samples,
-                accesses,
-            } => {
+            Msg::Chunk(slot) => {
+                let (header, raw_samples, accesses) = slots::contents(slot);
+                // If QEMU dies from here until the slot is released, mgbench cuts the trace
+                // back to this offset and writes the slot again.
+                header
+                    .write_offset
+                    .store(start + w.bytes_written(), Ordering::Release);
+                header.state.store(spill::WRITING, Ordering::Release);
+                let samples: Vec<SampleHeader> = raw_samples
+                    .iter()
+                    .map(|r| SampleHeader {
+                        id: r.id,
+                        skipped_before: r.skipped_before,
+                        len: r.len,
+                    })
+                    .collect();
                 let n = accesses.len();
                 let decoded = accesses.iter().map(|r| {
-                    let (size, kind) = decode.get(r.info);
+                    let (size, kind) = decode(r.info);
                     Access {
                         ip: r.ip,
                         addr: r.addr,
@@ -692,14 +735,12 @@ fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterRepo
                         kind,
                     }
                 });
-                let written = w.write_accesses(thread, &samples, decoded, n);
-                let mut accesses = accesses;
-                accesses.clear();
-                if let Ok(mut f) = p.free.lock() {
-                    if f.len() < 64 {
-                        f.push(accesses);
-                    }
+                let written =
+                    w.write_accesses(header.thread.load(Ordering::Acquire), &samples, decoded, n);
+                if written.is_ok() {
+                    slots::set_committed(start + w.bytes_written());
                 }
+                slots::release(slot);
                 report.chunks += 1;
                 recorded += n as u64;
                 if let Some(f) = &progress {
@@ -716,6 +757,9 @@ fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterRepo
             Msg::Note(n) => w.write_note(&n),
             Msg::Shutdown => break,
         };
+        if result.is_ok() {
+            slots::set_committed(start + w.bytes_written());
+        }
         if let Err(e) = result {
             fail(&mut report, e);
         }
@@ -749,7 +793,7 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     for ptr in live.chain(retired.into_iter().map(|u| u as *mut Vcpu)) {
         // SAFETY: atexit runs with every vCPU stopped; each pointer is a leaked Box<Vcpu>.
         let v = unsafe { &mut *ptr };
-        v.flush();
+        v.flush(true);
         v.skipped_total += v.skipped;
         v.skipped = 0;
         recorded += v.recorded_total;
@@ -841,6 +885,10 @@ pub unsafe extern "C" fn qemu_plugin_install(
             return 1;
         }
     };
+    if let Err(e) = slots::init(cfg.spill.as_deref()) {
+        sys::outs(&e);
+        return 1;
+    }
     let (tx, rx) = sync_channel::<Msg>(QUEUE);
     let level = cfg.level;
     let state = Plugin {
@@ -851,7 +899,6 @@ pub unsafe extern "C" fn qemu_plugin_install(
         failed: AtomicBool::new(false),
         maps: Mutex::new(Vec::new()),
         roi_runtime: OnceLock::new(),
-        free: Mutex::new(Vec::new()),
     };
     if PLUGIN.set(state).is_err() {
         sys::outs("loaded twice");

@@ -184,3 +184,54 @@ pub fn install_fault_hook(hook: FaultHook) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Maps `len` bytes read-write: the file `fd` shared (`fd` >= 0), or private memory. Only
+/// the pages touched take memory.
+pub fn map_slots(fd: c_int, len: usize) -> std::io::Result<*mut u8> {
+    let (flags, fd) = if fd >= 0 {
+        (libc::MAP_SHARED, fd)
+    } else {
+        (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)
+    };
+    // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags | libc::MAP_NORESERVE,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
+/// Replaces the mapping at `base` with private zeroed memory (in a forked child, so that the
+/// parent's shared pages are not written).
+///
+/// # Safety
+/// `base..base+len` must be a mapping of this library that nothing else refers to as shared.
+pub unsafe fn remap_private(base: *mut u8, len: usize) {
+    // SAFETY: MAP_FIXED over our own mapping; mmap is async-signal-safe (fork handlers may
+    // only make such calls).
+    unsafe {
+        libc::mmap(
+            base.cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+}
+
+/// Runs `f` in the child after every fork of this process.
+pub fn on_fork_child(f: extern "C" fn()) {
+    // SAFETY: registers a handler that makes only async-signal-safe calls.
+    unsafe { libc::pthread_atfork(None, None, Some(f)) };
+}

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use super::program::{resolve, which};
-use super::sys::{die_with_parent, SignalGuard};
+use super::sys::{die_with_parent, inherit, memory_file, SignalGuard};
 use super::{
     finalize, scan_counts, signal_name, CaptureConfig, CaptureError, CaptureReport, ProgramExit,
 };
@@ -221,13 +221,31 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     let progress_file = PathBuf::from(format!("{}.progress", output.display()));
     std::fs::write(&progress_file, [0u8; 16]).map_err(out_err)?;
 
+    // The plugin keeps what it recorded and has not written in this file, which outlives it:
+    // if QEMU dies without finishing, what is left there goes into the trace (crate::spill).
+    let mut warnings = Vec::new();
+    let spill = match memory_file("mgbench-spill", crate::spill::FILE_BYTES as u64) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            warnings.push(format!(
+                "no spill file ({e}): if the program dies from a signal, the accesses recorded just before are lost"
+            ));
+            None
+        }
+    };
     let mut arg = format!(
         "{},out={},status={},progress={}",
         plugin.display(),
         output.display(),
         status.display(),
-        progress_file.display()
+        progress_file.display(),
     );
+    if let Some(f) = &spill {
+        arg.push_str(&format!(
+            ",spill=/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(f)
+        ));
+    }
     if let Mode::Sampled { window, period } = cfg.mode {
         arg.push_str(&format!(",window={window},period={period}"));
     }
@@ -263,6 +281,9 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         .arg(&program.path)
         .args(&cfg.args);
     die_with_parent(&mut command);
+    if let Some(f) = &spill {
+        inherit(&mut command, f);
+    }
     let mut child = command.spawn().map_err(|cause| CaptureError::Spawn {
         what: qemu.display().to_string(),
         cause,
@@ -285,7 +306,6 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         _ => ProgramExit::Code(-1),
     };
 
-    let mut warnings = Vec::new();
     let mut end = EndInfo {
         exit_code: exit.code(),
         signal: exit.signal(),
@@ -304,16 +324,26 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                 let _ = std::fs::remove_file(&output);
                 return Err(CaptureError::PluginNotLoaded { plugin });
             }
-            // The guest died from a signal: QEMU skips plugin exit hooks, so the last
-            // buffered accesses never reached the file. Count what did.
-            let (rec, skip, threads, damage) = scan_counts(&output);
+            // The guest died from a signal (or QEMU was killed): QEMU skips plugin exit
+            // hooks, so the last accesses recorded are still in the spill file. Write them,
+            // then count what the trace holds.
             let why = match exit {
                 ProgramExit::Signal(s) => format!("the program was killed by {}", signal_name(s)),
                 _ => "the plugin did not finish".to_string(),
             };
-            warnings.push(format!(
-                "{why}: up to 64Ki accesses per thread recorded just before the end are not in the trace ({rec} recorded)"
-            ));
+            match spill.as_ref().map(|f| crate::spill::drain(f, &output)) {
+                None => {}
+                Some(Ok(d)) => {
+                    for p in d.problems {
+                        warnings.push(format!("{why}; recorded accesses not recovered: {p}"));
+                    }
+                }
+                Some(Err(e)) => warnings.push(format!(
+                    "{why}; the last accesses recorded could not be written to {}: {e}",
+                    output.display()
+                )),
+            }
+            let (rec, skip, threads, damage) = scan_counts(&output);
             if let Some(d) = damage {
                 warnings.push(format!(
                     "the last frame was cut short ({d}); everything before it is readable"

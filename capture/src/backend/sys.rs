@@ -88,3 +88,51 @@ pub fn die_with_parent(command: &mut std::process::Command) {
         });
     }
 }
+
+/// A memory file (memfd) of `len` bytes for the QEMU plugin's spill slots: shared with the child, gone when
+/// the last descriptor closes, so that a killed mgbench leaves no file behind. It is closed
+/// on exec except in the command given to [`inherit`].
+pub fn memory_file(name: &str, len: u64) -> std::io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // Growing a file past the file-size limit raises SIGXFSZ, which would kill mgbench.
+    // SAFETY: getrlimit fills the struct it is given.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid resource and pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim) } == 0
+        && lim.rlim_cur != libc::RLIM_INFINITY
+        && lim.rlim_cur < len
+    {
+        return Err(std::io::Error::other(format!(
+            "the file-size limit (ulimit -f) is {} bytes, below the {len} bytes needed",
+            lim.rlim_cur
+        )));
+    }
+    let name = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+    // SAFETY: a valid C string; memfd_create returns a new descriptor or -1.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor owned by nobody else.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    // Sparse: only what is written takes memory.
+    file.set_len(len)?;
+    Ok(file)
+}
+
+/// Keeps `file` open across the exec of the program `command` starts (as the same number).
+pub fn inherit(command: &mut std::process::Command, file: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fd = file.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and only calls fcntl, which is
+    // async-signal-safe; it clears close-on-exec on a descriptor the child inherited.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,196 @@
+//! Where recorded accesses wait for the writer: slots of the spill file (layout and states in
+//! `mgbench_capture::spill`), mapped shared with mgbench, which writes whatever they still
+//! hold into the trace if QEMU dies without running the plugin's exit hook.
+//!
+//! Without `spill=PATH` (the plugin run by hand) the slots are private memory: the same code,
+//! nothing to recover after a kill.
+
+use std::fs::OpenOptions;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use mgbench_capture::spill::{
+    encode_info, slot_offset, RawAccess, RawSample, SlotHeader, SpillHeader, DECODE_ENTRIES,
+    DECODE_OFFSET, FILE_BYTES, FILLING, FREE, MAGIC, MAX_SLOTS, SLOT_ACCESSES_AT, SLOT_SAMPLES_AT,
+};
+
+use crate::sys::{qemu_plugin_mem_is_store, qemu_plugin_mem_size_shift};
+
+/// Start of the mapping (null until [`init`]).
+static BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+/// Free slot indices; slots past the header's count were never used.
+static FREE_SLOTS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// Queue positions handed out.
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A slot being filled by one thread.
+pub struct Slot {
+    pub index: u32,
+    pub header: &'static SlotHeader,
+    pub samples: *mut RawSample,
+    pub accesses: *mut RawAccess,
+}
+
+fn header() -> &'static SpillHeader {
+    // SAFETY: BASE points at a mapping of FILE_BYTES that lives until the process exits, and
+    // the spill header is its first bytes (only used after init).
+    unsafe { &*BASE.load(Ordering::Acquire).cast::<SpillHeader>() }
+}
+
+/// Maps the spill file (mgbench sizes it to `FILE_BYTES`; else private memory) and writes
+/// its header and decoding table.
+pub fn init(spill: Option<&str>) -> Result<(), String> {
+    let file = spill.and_then(|path| {
+        let f = OpenOptions::new().read(true).write(true).open(path);
+        match f {
+            Ok(f) if f.metadata().is_ok_and(|m| m.len() >= FILE_BYTES as u64) => Some(f),
+            Ok(_) => {
+                crate::sys::outs(&format!(
+                    "spill file {path} is smaller than {FILE_BYTES} bytes: accesses recorded just before the program is killed may be lost"
+                ));
+                None
+            }
+            Err(e) => {
+                crate::sys::outs(&format!(
+                    "cannot open spill file {path} ({e}): accesses recorded just before the program is killed may be lost"
+                ));
+                None
+            }
+        }
+    });
+    let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
+    let base = crate::sys::map_slots(fd, FILE_BYTES)
+        .map_err(|e| format!("cannot map {FILE_BYTES} bytes for buffers: {e}"))?;
+    // The mapping keeps the file alive.
+    drop(file);
+    // SAFETY: base..base+FILE_BYTES is a fresh read-write mapping; the decoding table lies
+    // inside it, and nothing else uses it yet.
+    let table = unsafe { std::slice::from_raw_parts_mut(base.add(DECODE_OFFSET), DECODE_ENTRIES) };
+    for (info, entry) in table.iter_mut().enumerate() {
+        // SAFETY: pure decoding of a meminfo value (bit operations in QEMU).
+        let (shift, store) = unsafe {
+            (
+                qemu_plugin_mem_size_shift(info as u32),
+                qemu_plugin_mem_is_store(info as u32),
+            )
+        };
+        *entry = encode_info(shift, store);
+    }
+    // SAFETY: as above; the header is the mapping's first bytes. The magic goes last: mgbench
+    // reads nothing from a file without it.
+    unsafe { (*base.cast::<SpillHeader>()).magic = MAGIC };
+    BASE.store(base, Ordering::Release);
+    crate::sys::on_fork_child(forget_in_child);
+    Ok(())
+}
+
+/// In a forked child: the parent's slots must not be written by the child's copy of a thread,
+/// so the child gets private zeroes in their place (it records nothing; see `Vcpu::flush`).
+extern "C" fn forget_in_child() {
+    let base = BASE.load(Ordering::Acquire);
+    if !base.is_null() {
+        // SAFETY: replaces our own mapping with fresh private memory of the same size.
+        unsafe { crate::sys::remap_private(base, FILE_BYTES) };
+    }
+}
+
+/// The decoding-table entry of meminfo `info` (0: unknown).
+#[inline]
+pub fn decode_entry(info: u32) -> u8 {
+    let i = info as usize;
+    if i >= DECODE_ENTRIES {
+        return 0;
+    }
+    // SAFETY: the table was filled in init and is only read afterwards.
+    unsafe { *BASE.load(Ordering::Relaxed).add(DECODE_OFFSET + i) }
+}
+
+fn slot_at(index: u32) -> Slot {
+    // SAFETY: index < MAX_SLOTS, so the slot lies inside the mapping; its header, samples and
+    // accesses are disjoint parts of it.
+    unsafe {
+        let s = BASE
+            .load(Ordering::Acquire)
+            .add(slot_offset(index as usize));
+        Slot {
+            index,
+            header: &*s.cast::<SlotHeader>(),
+            samples: s.add(SLOT_SAMPLES_AT).cast(),
+            accesses: s.add(SLOT_ACCESSES_AT).cast(),
+        }
+    }
+}
+
+/// An empty slot for `thread`, or `None` when all [`MAX_SLOTS`] are in use.
+pub fn take(thread: u32) -> Option<Slot> {
+    let index = {
+        let mut free = FREE_SLOTS.lock().ok()?;
+        match free.pop() {
+            Some(i) => i,
+            None => {
+                let used = header().slots.load(Ordering::Acquire);
+                if used as usize >= MAX_SLOTS {
+                    return None;
+                }
+                header().slots.store(used + 1, Ordering::Release);
+                used
+            }
+        }
+    };
+    let s = slot_at(index);
+    let h = s.header;
+    h.len.store(0, Ordering::Release);
+    h.samples.store(0, Ordering::Release);
+    h.open.store(0, Ordering::Release);
+    h.thread.store(thread, Ordering::Release);
+    h.seq.store(u64::MAX, Ordering::Release);
+    h.state.store(FILLING, Ordering::Release);
+    Some(s)
+}
+
+/// Marks a slot queued for the writer, returning it for the message.
+pub fn queue(slot: &Slot) {
+    slot.header
+        .seq
+        .store(SEQ.fetch_add(1, Ordering::AcqRel), Ordering::Release);
+    slot.header
+        .state
+        .store(mgbench_capture::spill::QUEUED, Ordering::Release);
+}
+
+/// The writer's view of a queued slot: its header, samples and accesses.
+pub fn contents(
+    index: u32,
+) -> (
+    &'static SlotHeader,
+    &'static [RawSample],
+    &'static [RawAccess],
+) {
+    let s = slot_at(index);
+    let h = s.header;
+    let n = (h.len.load(Ordering::Acquire) as usize).min(mgbench_capture::spill::SLOT_ACCESSES);
+    let k = (h.samples.load(Ordering::Acquire) as usize).min(mgbench_capture::spill::SLOT_SAMPLES);
+    // SAFETY: a queued slot is written by nobody until released; n and k are within its
+    // arrays, and the mapping lives until process exit.
+    unsafe {
+        (
+            h,
+            std::slice::from_raw_parts(s.samples, k),
+            std::slice::from_raw_parts(s.accesses, n),
+        )
+    }
+}
+
+/// Returns a slot to the free list.
+pub fn release(index: u32) {
+    slot_at(index).header.state.store(FREE, Ordering::Release);
+    if let Ok(mut free) = FREE_SLOTS.lock() {
+        free.push(index);
+    }
+}
+
+/// The spill header's record of the trace length after the last complete frame.
+pub fn set_committed(len: u64) {
+    header().committed.store(len, Ordering::Release);
+}

@@ -1,0 +1,676 @@
+//! The spill file: where the QEMU plugin keeps accesses it has recorded and not yet written,
+//! in memory shared with mgbench, so that nothing recorded is lost when the traced program
+//! dies from a signal or is killed with SIGKILL (QEMU then runs no plugin exit hook).
+//!
+//! The plugin records each thread's accesses into a *slot* of this file and hands full slots to
+//! its writer thread, which encodes them into the trace. Every slot says how far it got:
+//!
+//! - `FREE`: nothing in it;
+//! - `FILLING`: a thread is recording into it (`len` accesses so far, `samples` closed sample
+//!   headers, and an open sample if `open` is set);
+//! - `QUEUED`: handed to the writer, not written yet (`seq` orders the queue);
+//! - `WRITING`: the writer is appending it at trace offset `write_offset`.
+//!
+//! The header keeps `committed`, the trace's length after the last frame the writer finished.
+//! After an abnormal end, [`drain`] cuts the trace back to the start of the frame being
+//! written (a frame cut short, or written and not yet marked: either way it is written again),
+//! then appends the writing, queued and filling slots in that order. The writer changes a
+//! slot's state only after the trace holds what the state says, and a thread publishes an
+//! access or a sample only after writing it, so every moment of death leaves a consistent file.
+//!
+//! QEMU's meminfo values (access size and direction, packed) can only be decoded through the
+//! plugin API, so the plugin writes a decoding table for all of them at start.
+//!
+//! Layout (native endianness, x86-64 little-endian): [`SpillHeader`] in the first 4 KiB, the
+//! decoding table (one byte per meminfo value below [`DECODE_ENTRIES`]), then up to
+//! [`MAX_SLOTS`] slots of [`SLOT_BYTES`], each a [`SlotHeader`] (4 KiB), [`SLOT_SAMPLES`]
+//! [`RawSample`]s and [`SLOT_ACCESSES`] [`RawAccess`]es.
+
+use std::fs::File;
+use std::io;
+use std::mem::{offset_of, size_of};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use crate::trace::{Access, AccessKind, SampleHeader, TraceWriter};
+
+pub const MAGIC: [u8; 8] = *b"MGBSPIL1";
+/// Accesses per slot: a chunk of the trace.
+pub const SLOT_ACCESSES: usize = 1 << 16;
+/// Sample headers per slot: a slot is handed over when either part is full.
+pub const SLOT_SAMPLES: usize = 4096;
+/// Slots the file can hold: one per running guest thread plus the writer's queue.
+pub const MAX_SLOTS: usize = 1024;
+/// Meminfo values the decoding table covers (QEMU 7.2 packs them in 18 bits).
+pub const DECODE_ENTRIES: usize = 1 << 18;
+pub const DECODE_OFFSET: usize = 4096;
+pub const SLOTS_OFFSET: usize = DECODE_OFFSET + DECODE_ENTRIES;
+const SLOT_HEADER_BYTES: usize = 4096;
+const SAMPLES_OFFSET: usize = SLOT_HEADER_BYTES;
+const ACCESSES_OFFSET: usize = SAMPLES_OFFSET + SLOT_SAMPLES * size_of::<RawSample>();
+pub const SLOT_BYTES: usize = ACCESSES_OFFSET + SLOT_ACCESSES * size_of::<RawAccess>();
+/// Size of a spill file (sparse: only the slots used take memory).
+pub const FILE_BYTES: usize = SLOTS_OFFSET + MAX_SLOTS * SLOT_BYTES;
+
+pub const FREE: u32 = 0;
+pub const FILLING: u32 = 1;
+pub const QUEUED: u32 = 2;
+pub const WRITING: u32 = 3;
+
+/// The first bytes of the file.
+#[repr(C)]
+pub struct SpillHeader {
+    pub magic: [u8; 8],
+    /// Slots handed out so far (the ones after it were never used).
+    pub slots: AtomicU32,
+    pub _pad: u32,
+    /// Trace length after the last frame the writer finished.
+    pub committed: AtomicU64,
+}
+
+/// The first bytes of a slot.
+#[repr(C)]
+pub struct SlotHeader {
+    pub state: AtomicU32,
+    pub thread: AtomicU32,
+    /// Position in the writer's queue (assigned when queued).
+    pub seq: AtomicU64,
+    /// Trace offset the writer started this slot's frame at.
+    pub write_offset: AtomicU64,
+    /// Accesses written to the slot.
+    pub len: AtomicU32,
+    /// Closed sample headers written to the slot.
+    pub samples: AtomicU32,
+    /// A sample is open: the accesses after the closed samples' belong to it.
+    pub open: AtomicU32,
+    pub _pad: u32,
+    pub open_id: AtomicU64,
+    pub open_skipped: AtomicU64,
+}
+
+/// One access as the plugin's memory callback stores it; `info` is QEMU's meminfo.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawAccess {
+    pub ip: u64,
+    pub addr: u64,
+    pub info: u32,
+    pub _pad: u32,
+}
+
+/// A closed sample header as stored in a slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawSample {
+    pub id: u64,
+    pub skipped_before: u64,
+    pub len: u32,
+    pub _pad: u32,
+}
+
+/// Byte offset of slot `i` in the file.
+pub const fn slot_offset(i: usize) -> usize {
+    SLOTS_OFFSET + i * SLOT_BYTES
+}
+
+/// Offsets of a slot's sample headers and accesses from its start.
+pub const SLOT_SAMPLES_AT: usize = SAMPLES_OFFSET;
+pub const SLOT_ACCESSES_AT: usize = ACCESSES_OFFSET;
+
+/// A decoding-table entry: bit 7 set when known, bit 6 for stores, bits 0-2 log2 of the size.
+pub fn encode_info(size_shift: u32, is_store: bool) -> u8 {
+    0x80 | (u8::from(is_store) << 6) | (size_shift.min(7) as u8)
+}
+
+/// Size and kind from a decoding-table entry; `None` when the entry is unknown.
+pub fn decode_info(entry: u8) -> Option<(u8, AccessKind)> {
+    if entry & 0x80 == 0 {
+        return None;
+    }
+    let kind = if entry & 0x40 != 0 {
+        AccessKind::Store
+    } else {
+        AccessKind::Load
+    };
+    Some((1 << (entry & 7), kind))
+}
+
+/// What [`drain`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Drained {
+    /// Chunks appended, and the accesses in them.
+    pub chunks: u64,
+    pub accesses: u64,
+    /// The trace was cut back from this length to that one (a frame the writer had started).
+    pub cut: Option<(u64, u64)>,
+    /// Slots that could not be read back, and why.
+    pub problems: Vec<String>,
+}
+
+struct PendingSlot {
+    state: u32,
+    seq: u64,
+    thread: u32,
+    write_offset: u64,
+    samples: Vec<SampleHeader>,
+    accesses: Vec<Access>,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// Reads slot `i` back, or says why it cannot be. `None` for a free or empty slot.
+fn read_slot(spill: &File, i: usize, decode: &[u8]) -> Result<Option<PendingSlot>, String> {
+    let at = slot_offset(i) as u64;
+    let mut h = vec![0u8; size_of::<SlotHeader>()];
+    spill
+        .read_exact_at(&mut h, at)
+        .map_err(|e| format!("slot {i}: {e}"))?;
+    let state = u32_at(&h, offset_of!(SlotHeader, state));
+    if !matches!(state, FILLING | QUEUED | WRITING) {
+        return Ok(None);
+    }
+    let len = u32_at(&h, offset_of!(SlotHeader, len)) as usize;
+    let closed = u32_at(&h, offset_of!(SlotHeader, samples)) as usize;
+    if len > SLOT_ACCESSES || closed > SLOT_SAMPLES {
+        return Err(format!(
+            "slot {i}: {len} accesses and {closed} samples exceed its size"
+        ));
+    }
+    if len == 0 {
+        return Ok(None);
+    }
+    let mut raw = vec![0u8; closed * size_of::<RawSample>()];
+    spill
+        .read_exact_at(&mut raw, at + SAMPLES_OFFSET as u64)
+        .map_err(|e| format!("slot {i}: {e}"))?;
+    let mut samples: Vec<SampleHeader> = raw
+        .chunks_exact(size_of::<RawSample>())
+        .map(|s| SampleHeader {
+            id: u64_at(s, offset_of!(RawSample, id)),
+            skipped_before: u64_at(s, offset_of!(RawSample, skipped_before)),
+            len: u32_at(s, offset_of!(RawSample, len)),
+        })
+        .collect();
+    let in_closed: usize = samples.iter().map(|s| s.len as usize).sum();
+    if in_closed > len {
+        return Err(format!(
+            "slot {i}: its samples hold {in_closed} accesses, the slot {len}"
+        ));
+    }
+    // Accesses after the closed samples belong to the open one (a sample is pushed before
+    // it is marked closed, so a death in between leaves nothing after them).
+    if in_closed < len {
+        if u32_at(&h, offset_of!(SlotHeader, open)) == 0 {
+            return Err(format!(
+                "slot {i}: {} accesses belong to no sample",
+                len - in_closed
+            ));
+        }
+        samples.push(SampleHeader {
+            id: u64_at(&h, offset_of!(SlotHeader, open_id)),
+            skipped_before: u64_at(&h, offset_of!(SlotHeader, open_skipped)),
+            len: (len - in_closed) as u32,
+        });
+    }
+    let mut raw = vec![0u8; len * size_of::<RawAccess>()];
+    spill
+        .read_exact_at(&mut raw, at + ACCESSES_OFFSET as u64)
+        .map_err(|e| format!("slot {i}: {e}"))?;
+    let mut accesses = Vec::with_capacity(len);
+    for a in raw.chunks_exact(size_of::<RawAccess>()) {
+        let info = u32_at(a, offset_of!(RawAccess, info));
+        let (size, kind) = decode
+            .get(info as usize)
+            .and_then(|&e| decode_info(e))
+            .ok_or_else(|| format!("slot {i}: QEMU meminfo {info:#x} has no decoding"))?;
+        accesses.push(Access {
+            ip: u64_at(a, offset_of!(RawAccess, ip)),
+            addr: u64_at(a, offset_of!(RawAccess, addr)),
+            size,
+            kind,
+        });
+    }
+    Ok(Some(PendingSlot {
+        state,
+        seq: u64_at(&h, offset_of!(SlotHeader, seq)),
+        thread: u32_at(&h, offset_of!(SlotHeader, thread)),
+        write_offset: u64_at(&h, offset_of!(SlotHeader, write_offset)),
+        samples,
+        accesses,
+    }))
+}
+
+/// After the plugin died without finishing, appends to `trace` every access the spill file
+/// holds that the trace does not, in the order the writer would have written them.
+pub fn drain(spill: &File, trace: &Path) -> io::Result<Drained> {
+    let mut head = vec![0u8; size_of::<SpillHeader>()];
+    spill.read_exact_at(&mut head, 0)?;
+    if head[..8] != MAGIC {
+        // The plugin never started (or is of another build): nothing to recover.
+        return Ok(Drained::default());
+    }
+    let slots = (u32_at(&head, offset_of!(SpillHeader, slots)) as usize).min(MAX_SLOTS);
+    let committed = u64_at(&head, offset_of!(SpillHeader, committed));
+    let mut decode = vec![0u8; DECODE_ENTRIES];
+    spill.read_exact_at(&mut decode, DECODE_OFFSET as u64)?;
+
+    let mut out = Drained::default();
+    let mut pending = Vec::new();
+    for i in 0..slots {
+        match read_slot(spill, i, &decode) {
+            Ok(Some(s)) => pending.push(s),
+            Ok(None) => {}
+            Err(e) => out.problems.push(e),
+        }
+    }
+    // The frame being written first, then the writer's queue, then the threads' open slots.
+    pending.sort_by_key(|s| {
+        let rank = match s.state {
+            WRITING => 0,
+            QUEUED => 1,
+            _ => 2,
+        };
+        (rank, s.seq, s.thread)
+    });
+    let cut_to = pending
+        .iter()
+        .find(|s| s.state == WRITING)
+        .map_or(committed, |s| s.write_offset);
+    let file = std::fs::OpenOptions::new().write(true).open(trace)?;
+    let len = file.metadata()?.len();
+    if cut_to > 0 && cut_to < len {
+        file.set_len(cut_to)?;
+        out.cut = Some((len, cut_to));
+    }
+    drop(file);
+    let file = std::fs::OpenOptions::new().append(true).open(trace)?;
+    let mut w = TraceWriter::append(file);
+    for s in pending {
+        let n = s.accesses.len();
+        w.write_accesses(s.thread, &s.samples, s.accesses, n)?;
+        out.chunks += 1;
+        out.accesses += n as u64;
+    }
+    w.flush()?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_is_what_both_sides_assume() {
+        assert_eq!(size_of::<RawAccess>(), 24);
+        assert_eq!(size_of::<RawSample>(), 24);
+        assert!(size_of::<SlotHeader>() <= SLOT_HEADER_BYTES);
+        assert!(size_of::<SpillHeader>() <= DECODE_OFFSET);
+        assert_eq!(SLOTS_OFFSET % 4096, 0);
+        assert_eq!(SLOT_BYTES % 4096, 0);
+    }
+
+    /// Writes `bytes` into a spill image at `at`.
+    fn put(img: &mut [u8], at: usize, bytes: &[u8]) {
+        img[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+
+    struct SlotSpec {
+        state: u32,
+        thread: u32,
+        seq: u64,
+        write_offset: u64,
+        closed: Vec<RawSample>,
+        open: Option<(u64, u64)>,
+        accesses: Vec<RawAccess>,
+    }
+
+    fn spill_image(committed: u64, slots: &[SlotSpec]) -> Vec<u8> {
+        let mut img = vec![0u8; slot_offset(slots.len())];
+        put(&mut img, 0, &MAGIC);
+        put(
+            &mut img,
+            offset_of!(SpillHeader, slots),
+            &(slots.len() as u32).to_le_bytes(),
+        );
+        put(
+            &mut img,
+            offset_of!(SpillHeader, committed),
+            &committed.to_le_bytes(),
+        );
+        // Two meminfo values the test uses: 3, an 8-byte load; 0x10003, an 8-byte store.
+        img[DECODE_OFFSET + 3] = encode_info(3, false);
+        img[DECODE_OFFSET + 0x10003] = encode_info(3, true);
+        for (i, s) in slots.iter().enumerate() {
+            let at = slot_offset(i);
+            let h = |f: usize| at + f;
+            put(
+                &mut img,
+                h(offset_of!(SlotHeader, state)),
+                &s.state.to_le_bytes(),
+            );
+            put(
+                &mut img,
+                h(offset_of!(SlotHeader, thread)),
+                &s.thread.to_le_bytes(),
+            );
+            put(
+                &mut img,
+                h(offset_of!(SlotHeader, seq)),
+                &s.seq.to_le_bytes(),
+            );
+            put(
+                &mut img,
+                h(offset_of!(SlotHeader, write_offset)),
+                &s.write_offset.to_le_bytes(),
+            );
+            put(
+                &mut img,
+                h(offset_of!(SlotHeader, len)),
+                &(s.accesses.len() as u32).to_le_bytes(),
+            );
+            put(
+                &mut img,
+                h(offset_of!(SlotHeader, samples)),
+                &(s.closed.len() as u32).to_le_bytes(),
+            );
+            if let Some((id, skipped)) = s.open {
+                put(
+                    &mut img,
+                    h(offset_of!(SlotHeader, open)),
+                    &1u32.to_le_bytes(),
+                );
+                put(
+                    &mut img,
+                    h(offset_of!(SlotHeader, open_id)),
+                    &id.to_le_bytes(),
+                );
+                put(
+                    &mut img,
+                    h(offset_of!(SlotHeader, open_skipped)),
+                    &skipped.to_le_bytes(),
+                );
+            }
+            for (k, r) in s.closed.iter().enumerate() {
+                let b = at + SAMPLES_OFFSET + k * size_of::<RawSample>();
+                put(&mut img, b, &r.id.to_le_bytes());
+                put(&mut img, b + 8, &r.skipped_before.to_le_bytes());
+                put(&mut img, b + 16, &r.len.to_le_bytes());
+            }
+            for (k, a) in s.accesses.iter().enumerate() {
+                let b = at + ACCESSES_OFFSET + k * size_of::<RawAccess>();
+                put(&mut img, b, &a.ip.to_le_bytes());
+                put(&mut img, b + 8, &a.addr.to_le_bytes());
+                put(&mut img, b + 16, &a.info.to_le_bytes());
+            }
+        }
+        img
+    }
+
+    fn raw(n: u64, store: bool) -> Vec<RawAccess> {
+        (0..n)
+            .map(|k| RawAccess {
+                ip: 0x1000 + k,
+                addr: 0x8000 + 8 * k,
+                info: if store { 0x10003 } else { 3 },
+                _pad: 0,
+            })
+            .collect()
+    }
+
+    fn sample(id: u64, skipped_before: u64, len: u32) -> RawSample {
+        RawSample {
+            id,
+            skipped_before,
+            len,
+            _pad: 0,
+        }
+    }
+
+    fn temp(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("mgbench-spill-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn chunks(trace: &Path) -> (Vec<crate::trace::Chunk>, bool) {
+        use crate::trace::{Frame, TraceReader};
+        let mut r = TraceReader::open(std::fs::File::open(trace).unwrap()).unwrap();
+        let mut out = Vec::new();
+        while let Some(f) = r.next_frame().unwrap() {
+            if let Frame::Chunk(c) = f {
+                out.push(c);
+            }
+        }
+        (out, r.damage().is_some())
+    }
+
+    fn new_trace(path: &Path) -> u64 {
+        use crate::trace::{Mode, TraceMeta};
+        let meta = TraceMeta {
+            command: vec!["t".into()],
+            backend: "test".into(),
+            mode: Mode::Full,
+            start_time: String::new(),
+            roi: None,
+            notes: vec![],
+        };
+        let mut w = TraceWriter::create(std::fs::File::create(path).unwrap(), &meta).unwrap();
+        let first: Vec<Access> = vec![Access {
+            ip: 1,
+            addr: 2,
+            size: 8,
+            kind: AccessKind::Load,
+        }];
+        let s = [SampleHeader {
+            id: 0,
+            skipped_before: 0,
+            len: 1,
+        }];
+        w.write_accesses(9, &s, first, 1).unwrap();
+        w.bytes_written()
+    }
+
+    #[test]
+    fn drain_rewrites_the_frame_being_written_then_the_queue_then_open_slots() {
+        let dir = temp("order");
+        let trace = dir.join("t.mgbt");
+        let committed = new_trace(&trace);
+        // The writer had started a frame: half of it reached the file.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&trace)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"MF\x02\0\x40\0\0\0half a frame").unwrap();
+        drop(f);
+        let slots = [
+            // A thread still filling: its window closed (sample pushed) just before death.
+            SlotSpec {
+                state: FILLING,
+                thread: 0,
+                seq: u64::MAX,
+                write_offset: 0,
+                closed: vec![sample(1, 0, 4)],
+                open: Some((1, 0)),
+                accesses: raw(4, true),
+            },
+            SlotSpec {
+                state: QUEUED,
+                thread: 1,
+                seq: 6,
+                write_offset: 0,
+                closed: vec![],
+                open: Some((7, 9)),
+                accesses: raw(3, false),
+            },
+            SlotSpec {
+                state: WRITING,
+                thread: 0,
+                seq: 5,
+                write_offset: committed,
+                closed: vec![sample(0, 5, 2)],
+                open: None,
+                accesses: raw(2, false),
+            },
+            SlotSpec {
+                state: FREE,
+                thread: 3,
+                seq: 1,
+                write_offset: 0,
+                closed: vec![],
+                open: None,
+                accesses: raw(5, false),
+            },
+        ];
+        let spill = dir.join("spill");
+        std::fs::write(&spill, spill_image(committed, &slots)).unwrap();
+        let d = drain(&std::fs::File::open(&spill).unwrap(), &trace).unwrap();
+        assert!(d.problems.is_empty(), "{:?}", d.problems);
+        assert_eq!((d.chunks, d.accesses), (3, 9));
+        assert_eq!(d.cut.map(|c| c.1), Some(committed));
+        let (c, damaged) = chunks(&trace);
+        assert!(!damaged, "the torn frame is gone");
+        let threads: Vec<u32> = c.iter().map(|c| c.thread).collect();
+        assert_eq!(
+            threads,
+            [9, 0, 1, 0],
+            "written, then writing, queued, filling"
+        );
+        assert_eq!(
+            c[1].samples,
+            [SampleHeader {
+                id: 0,
+                skipped_before: 5,
+                len: 2
+            }]
+        );
+        assert_eq!(
+            c[2].samples,
+            [SampleHeader {
+                id: 7,
+                skipped_before: 9,
+                len: 3
+            }]
+        );
+        assert_eq!(
+            c[3].samples,
+            [SampleHeader {
+                id: 1,
+                skipped_before: 0,
+                len: 4
+            }]
+        );
+        assert!(c.iter().all(|c| c.is_consistent()));
+        assert!(c[3]
+            .accesses
+            .iter()
+            .all(|a| a.kind == AccessKind::Store && a.size == 8));
+        assert_eq!(c[2].accesses[2].addr, 0x8010);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn drain_cuts_a_torn_frame_back_to_the_last_complete_one() {
+        let dir = temp("torn");
+        let trace = dir.join("t.mgbt");
+        let committed = new_trace(&trace);
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&trace)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"MF\x01\0\x40\0\0").unwrap();
+        drop(f);
+        let spill = dir.join("spill");
+        std::fs::write(&spill, spill_image(committed, &[])).unwrap();
+        let d = drain(&std::fs::File::open(&spill).unwrap(), &trace).unwrap();
+        assert_eq!(d.chunks, 0);
+        assert_eq!(d.cut.map(|c| c.1), Some(committed));
+        assert!(!chunks(&trace).1);
+        // A spill file the plugin never wrote to changes nothing.
+        std::fs::write(&spill, vec![0u8; 8192]).unwrap();
+        let before = std::fs::read(&trace).unwrap();
+        assert_eq!(
+            drain(&std::fs::File::open(&spill).unwrap(), &trace).unwrap(),
+            Drained::default()
+        );
+        assert_eq!(std::fs::read(&trace).unwrap(), before);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn drain_reports_a_slot_it_cannot_read_and_keeps_the_others() {
+        let dir = temp("bad");
+        let trace = dir.join("t.mgbt");
+        let committed = new_trace(&trace);
+        let mut bad = raw(2, false);
+        bad[1].info = 0x7fff_ffff;
+        let slots = [
+            SlotSpec {
+                state: QUEUED,
+                thread: 0,
+                seq: 0,
+                write_offset: 0,
+                closed: vec![],
+                open: Some((0, 0)),
+                accesses: bad,
+            },
+            SlotSpec {
+                state: FILLING,
+                thread: 1,
+                seq: u64::MAX,
+                write_offset: 0,
+                closed: vec![],
+                open: None,
+                accesses: raw(2, false),
+            },
+            SlotSpec {
+                state: FILLING,
+                thread: 2,
+                seq: u64::MAX,
+                write_offset: 0,
+                closed: vec![],
+                open: Some((0, 0)),
+                accesses: raw(2, false),
+            },
+        ];
+        let spill = dir.join("spill");
+        std::fs::write(&spill, spill_image(committed, &slots)).unwrap();
+        let d = drain(&std::fs::File::open(&spill).unwrap(), &trace).unwrap();
+        assert_eq!(d.problems.len(), 2, "{:?}", d.problems);
+        assert!(
+            d.problems[0].contains("meminfo 0x7fffffff"),
+            "{:?}",
+            d.problems
+        );
+        assert!(
+            d.problems[1].contains("belong to no sample"),
+            "{:?}",
+            d.problems
+        );
+        assert_eq!(d.chunks, 1);
+        assert_eq!(chunks(&trace).0.len(), 2);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn decoding_entries_round_trip() {
+        for shift in 0..4 {
+            for store in [false, true] {
+                let (size, kind) = decode_info(encode_info(shift, store)).unwrap();
+                assert_eq!(size, 1 << shift);
+                assert_eq!(kind == AccessKind::Store, store);
+            }
+        }
+        assert_eq!(decode_info(0), None);
+    }
+}
