@@ -8,8 +8,9 @@
 //!
 //! Each guest thread is a QEMU vCPU with its own state: a slot of raw accesses and the
 //! sampling counters. The memory callback does a few loads, a compare and two stores; when a
-//! slot fills (64 Ki accesses) it goes to a writer thread that encodes, compresses and
-//! appends it. QEMU does not call plugin exit hooks when the guest dies from a signal or is
+//! slot fills (64 Ki accesses) it goes to encoder threads (one per core, up to 8), which
+//! encode and compress slots in parallel (each chunk is self-contained); a writer thread
+//! appends the frames in the order the slots were queued. QEMU does not call plugin exit hooks when the guest dies from a signal or is
 //! killed, so the slots live in a file shared with mgbench (`spill=PATH`, see `slots`), which
 //! writes what they still hold: nothing recorded is lost.
 //!
@@ -42,14 +43,24 @@ use sys::*;
 #[no_mangle]
 pub static qemu_plugin_version: c_int = 1;
 
-/// Chunks in flight to the writer before vCPU threads wait (bounds memory and loss).
+/// Chunks in flight to the encoders before vCPU threads wait (bounds memory).
 const QUEUE: usize = 4;
+/// Most encoder threads: chunks are encoded in parallel (each is self-contained), up to the
+/// machine's cores.
+const MAX_ENCODERS: usize = 8;
 /// vCPU indices the plugin can track (guest threads over the program's lifetime).
 const MAX_VCPUS: usize = 1 << 16;
 
+/// What the writer thread receives.
 enum Msg {
-    /// A queued slot (see `slots`).
-    Chunk(u32),
+    /// A queued slot encoded by an encoder thread (`frame` is `None` after a write failure);
+    /// frames are written in queue order.
+    Frame {
+        seq: u64,
+        slot: u32,
+        frame: Option<Vec<u8>>,
+        accesses: u64,
+    },
     Mappings(Vec<Mapping>),
     Note(String),
     Shutdown,
@@ -177,7 +188,8 @@ struct Vcpu {
     skipped: u64,
     recorded_total: u64,
     skipped_total: u64,
-    tx: SyncSender<Msg>,
+    /// To the encoders.
+    chunks: SyncSender<u32>,
 }
 
 impl Vcpu {
@@ -295,7 +307,7 @@ impl Vcpu {
         if self.len > 0 && !p.failed.load(Ordering::Relaxed) {
             self.recorded_total += u64::from(self.len);
             slots::queue(&s);
-            let _ = self.tx.send(Msg::Chunk(s.index));
+            let _ = self.chunks.send(s.index);
         } else {
             slots::release(s.index);
         }
@@ -325,6 +337,7 @@ struct Plugin {
     cfg: Config,
     pid: u32,
     tx: SyncSender<Msg>,
+    chunks: SyncSender<u32>,
     writer: Mutex<Option<JoinHandle<WriterReport>>>,
     failed: AtomicBool,
     maps: Mutex<Vec<(u64, u64)>>,
@@ -421,7 +434,7 @@ extern "C" fn vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
         skipped: 0,
         recorded_total: 0,
         skipped_total: 0,
-        tx: p.tx.clone(),
+        chunks: p.chunks.clone(),
     });
     static STARTED: AtomicU32 = AtomicU32::new(0);
     if STARTED.fetch_add(1, Ordering::AcqRel) == 0 {
@@ -666,7 +679,62 @@ struct WriterReport {
     errors: Vec<String>,
 }
 
-fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterReport {
+/// An encoder thread: takes queued slots, encodes each into a complete frame and hands it to
+/// the writer. Several run at once; the slot stays queued (mgbench would write it after a
+/// death) until the writer has written its frame.
+fn encoder_loop(rx: std::sync::Arc<Mutex<Receiver<u32>>>, level: i32) {
+    sys::block_all_signals();
+    let p = plugin();
+    let mut w = TraceWriter::append(Vec::new());
+    w.set_level(level);
+    let mut samples: Vec<SampleHeader> = Vec::new();
+    loop {
+        let next = match rx.lock() {
+            Ok(r) => r.recv(),
+            Err(_) => return,
+        };
+        let Ok(slot) = next else {
+            return;
+        };
+        let (header, raw_samples, accesses) = slots::contents(slot);
+        let seq = header.seq.load(Ordering::Acquire);
+        let n = accesses.len() as u64;
+        let frame = if p.failed.load(Ordering::Relaxed) {
+            None
+        } else {
+            samples.clear();
+            samples.extend(raw_samples.iter().map(|r| SampleHeader {
+                id: r.id,
+                skipped_before: r.skipped_before,
+                len: r.len,
+            }));
+            let decoded = accesses.iter().map(|r| {
+                let (size, kind) = decode(r.info);
+                Access {
+                    ip: r.ip,
+                    addr: r.addr,
+                    size,
+                    kind,
+                }
+            });
+            let thread = header.thread.load(Ordering::Acquire);
+            // Into memory: cannot fail.
+            let _ = w.write_accesses(thread, &samples, decoded, accesses.len());
+            Some(std::mem::take(w.get_mut()))
+        };
+        let msg = Msg::Frame {
+            seq,
+            slot,
+            frame,
+            accesses: n,
+        };
+        if p.tx.send(msg).is_err() {
+            return;
+        }
+    }
+}
+
+fn writer_loop(rx: Receiver<Msg>, file: std::fs::File) -> WriterReport {
     sys::block_all_signals();
     // Unbuffered: each frame is one write(2), so a frame handed to the kernel survives the
     // guest dying from a signal (QEMU then skips plugin exit hooks).
@@ -674,7 +742,6 @@ fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterRepo
     let start = file.metadata().map(|m| m.len()).unwrap_or(0);
     slots::set_committed(start);
     let mut w = TraceWriter::append(file);
-    w.set_level(level);
     let mut report = WriterReport {
         chunks: 0,
         bytes: 0,
@@ -699,50 +766,48 @@ fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterRepo
         }
         p.failed.store(true, Ordering::Relaxed);
     };
-    while let Ok(msg) = rx.recv() {
-        if p.failed.load(Ordering::Relaxed) {
-            match msg {
-                Msg::Shutdown => break,
-                Msg::Chunk(slot) => slots::release(slot),
-                _ => {}
-            }
-            continue;
-        }
+    // Encoded frames waiting for the ones queued before them.
+    let mut ready: std::collections::BTreeMap<u64, (u32, Option<Vec<u8>>, u64)> =
+        std::collections::BTreeMap::new();
+    let mut next_seq = 0u64;
+    let mut shutdown = false;
+    while !(shutdown && next_seq >= slots::queued()) {
+        let Ok(msg) = rx.recv() else {
+            break;
+        };
         let result = match msg {
-            Msg::Chunk(slot) => {
-                let (header, raw_samples, accesses) = slots::contents(slot);
-                // If QEMU dies from here until the slot is released, mgbench cuts the trace
-                // back to this offset and writes the slot again.
-                header
-                    .write_offset
-                    .store(start + w.bytes_written(), Ordering::Release);
-                header.state.store(spill::WRITING, Ordering::Release);
-                let samples: Vec<SampleHeader> = raw_samples
-                    .iter()
-                    .map(|r| SampleHeader {
-                        id: r.id,
-                        skipped_before: r.skipped_before,
-                        len: r.len,
-                    })
-                    .collect();
-                let n = accesses.len();
-                let decoded = accesses.iter().map(|r| {
-                    let (size, kind) = decode(r.info);
-                    Access {
-                        ip: r.ip,
-                        addr: r.addr,
-                        size,
-                        kind,
+            Msg::Frame {
+                seq,
+                slot,
+                frame,
+                accesses,
+            } => {
+                ready.insert(seq, (slot, frame, accesses));
+                while let Some((slot, frame, n)) = ready.remove(&next_seq) {
+                    next_seq += 1;
+                    let (header, _, _) = slots::contents(slot);
+                    match frame {
+                        Some(bytes) if !p.failed.load(Ordering::Relaxed) => {
+                            // If QEMU dies from here until the slot is released, mgbench cuts
+                            // the trace back to this offset and writes the slot again.
+                            header
+                                .write_offset
+                                .store(start + w.bytes_written(), Ordering::Release);
+                            header.state.store(spill::WRITING, Ordering::Release);
+                            let written = w.write_encoded(&bytes);
+                            if written.is_ok() {
+                                slots::set_committed(start + w.bytes_written());
+                                report.chunks += 1;
+                                recorded += n;
+                            }
+                            slots::release(slot);
+                            if let Err(e) = written {
+                                fail(&mut report, e);
+                            }
+                        }
+                        _ => slots::release(slot),
                     }
-                });
-                let written =
-                    w.write_accesses(header.thread.load(Ordering::Acquire), &samples, decoded, n);
-                if written.is_ok() {
-                    slots::set_committed(start + w.bytes_written());
                 }
-                slots::release(slot);
-                report.chunks += 1;
-                recorded += n as u64;
                 if let Some(f) = &progress {
                     use std::os::unix::fs::FileExt;
                     let mut totals = [0u8; 16];
@@ -751,17 +816,19 @@ fn writer_loop(rx: Receiver<Msg>, file: std::fs::File, level: i32) -> WriterRepo
                     // Progress is cosmetic: a failed write changes nothing else.
                     let _ = f.write_at(&totals, 0);
                 }
-                written
+                Ok(())
             }
+            Msg::Mappings(_) | Msg::Note(_) if p.failed.load(Ordering::Relaxed) => Ok(()),
             Msg::Mappings(m) => w.write_mappings(&m),
             Msg::Note(n) => w.write_note(&n),
-            Msg::Shutdown => break,
+            Msg::Shutdown => {
+                shutdown = true;
+                Ok(())
+            }
         };
-        if result.is_ok() {
-            slots::set_committed(start + w.bytes_written());
-        }
-        if let Err(e) = result {
-            fail(&mut report, e);
+        match result {
+            Ok(()) => slots::set_committed(start + w.bytes_written()),
+            Err(e) => fail(&mut report, e),
         }
     }
     if let Err(e) = w.flush() {
@@ -890,11 +957,13 @@ pub unsafe extern "C" fn qemu_plugin_install(
         return 1;
     }
     let (tx, rx) = sync_channel::<Msg>(QUEUE);
+    let (chunks, chunks_rx) = sync_channel::<u32>(QUEUE);
     let level = cfg.level;
     let state = Plugin {
         cfg,
         pid: std::process::id(),
         tx,
+        chunks,
         writer: Mutex::new(None),
         failed: AtomicBool::new(false),
         maps: Mutex::new(Vec::new()),
@@ -906,7 +975,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
     }
     let handle = std::thread::Builder::new()
         .name("mgbench-writer".into())
-        .spawn(move || writer_loop(rx, file, level));
+        .spawn(move || writer_loop(rx, file));
     match handle {
         Ok(h) => {
             if let Ok(mut w) = plugin().writer.lock() {
@@ -915,6 +984,20 @@ pub unsafe extern "C" fn qemu_plugin_install(
         }
         Err(e) => {
             sys::outs(&format!("cannot start writer thread: {e}"));
+            return 1;
+        }
+    }
+    let encoders = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_ENCODERS);
+    let chunks_rx = std::sync::Arc::new(Mutex::new(chunks_rx));
+    for i in 0..encoders {
+        let rx = std::sync::Arc::clone(&chunks_rx);
+        let spawned = std::thread::Builder::new()
+            .name(format!("mgbench-encode{i}"))
+            .spawn(move || encoder_loop(rx, level));
+        if let Err(e) = spawned {
+            sys::outs(&format!("cannot start encoder thread: {e}"));
             return 1;
         }
     }

@@ -149,7 +149,12 @@ pub fn take(thread: u32) -> Option<Slot> {
     Some(s)
 }
 
-/// Marks a slot queued for the writer, returning it for the message.
+/// Slots queued so far (the next queue position).
+pub fn queued() -> u64 {
+    SEQ.load(Ordering::Acquire)
+}
+
+/// Marks a slot queued for the writer (its queue position is the next one).
 pub fn queue(slot: &Slot) {
     slot.header
         .seq

@@ -94,6 +94,19 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
+    /// Writes a frame another writer encoded (into memory, see [`TraceWriter::get_mut`]), as
+    /// is: for writers that encode chunks on several threads and write them in order.
+    pub fn write_encoded(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.out.write_all(frame)?;
+        self.bytes += frame.len() as u64;
+        Ok(())
+    }
+
+    /// The output (for a writer into memory: take the frames it encoded).
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     /// Writes the process's mappings (a full snapshot; readers use the union).
     pub fn write_mappings(&mut self, mappings: &[Mapping]) -> io::Result<()> {
         let json = serde_json::to_vec(mappings).map_err(io::Error::other)?;
