@@ -11,7 +11,11 @@ it with several seeds per sampling period and prints, per program, period and gr
   model S     the conversion alone: the exact time histogram converted, vs exact stack
   samples, traps, and how far the seeds spread (min..max stack S)
 
-    python3 scripts/rdx-accuracy.py [--periods auto,1024,8192] [--seeds 5]
+With --live, each program also runs under live RDX (`mgbench reuse -- PROGRAM`: QEMU,
+inline access counter, hardware watchpoints) at the same period and seeds, and the words rows
+get its time S and stack S against the same exact histograms (live S, and the live samples).
+
+    python3 scripts/rdx-accuracy.py [--periods auto,1024,8192] [--seeds 5] [--live]
                                     [--watchpoints 4] [--attribution ht] [--skip-build]
                                     [--work DIR] [--json FILE]
 
@@ -63,6 +67,22 @@ def measure(trace, period, seed, args):
     return json.loads(run(cmd))
 
 
+def accuracy(exact, est):
+    """RDX's S (Eq. 1) of `est` against `exact`, both fractions over the same bins."""
+    return 1.0 - sum(abs(a - b) for a, b in zip(exact, est)) / 2.0
+
+
+def live(work, name, period, seed, args):
+    """A live RDX run of the program; its report."""
+    prog, pargs, _ = PROGRAMS[name]
+    out = os.path.join(work, f"{name}-live.json")
+    run([MGBENCH, "reuse", "--quiet", "--period", str(period), "--seed", str(seed),
+         "--watchpoints", str(args.watchpoints), "--attribution", args.attribution,
+         "-o", out, "--", os.path.join(APPS, prog)] + pargs)
+    with open(out) as f:
+        return json.load(f)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--periods", default="auto,1024,8192")
@@ -74,6 +94,8 @@ def main():
                     help="traces are kept here between runs")
     ap.add_argument("--json", help="also write every figure to this file")
     ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--live", action="store_true",
+                    help="also run live RDX on each program and compare it")
     args = ap.parse_args()
     if not args.skip_build:
         run(["cargo", "build", "--release", "--quiet"], cwd=ROOT)
@@ -84,13 +106,16 @@ def main():
           f"{args.attribution}, medians over {args.seeds} seeds (RDX's 20 log2 bins)")
     head = (f"{'program':<12} {'accesses':>10} {'period':>7} {'unit':<5} {'samples':>7} "
             f"{'traps':>6} {'time S':>7} {'stack S':>7} {'S^':>6} {'model S':>7} "
-            f"{'S min..max':>12}")
+            f"{'S min..max':>12}" + (f" {'live time S':>11} {'live stack S':>12} {'live smp':>8}"
+                                     if args.live else ""))
     print(head)
     print("-" * len(head))
     for name in args.programs.split(","):
         trace = capture(args.work, name)
         for period in args.periods.split(","):
             reports = [measure(trace, period, s + 1, args) for s in range(args.seeds)]
+            lives = ([live(args.work, name, reports[0]["config"]["period"], s + 1, args)
+                      for s in range(args.seeds)] if args.live else [])
             for unit in ("words", "lines"):
                 g = [r[unit] for r in reports]
                 acc = [x["accuracy_rdx_bins"] for x in g]
@@ -110,11 +135,27 @@ def main():
                     "stack_s_min": min(stack),
                     "stack_s_max": max(stack),
                 }
+                extra = ""
+                if lives and unit == "words":
+                    bins = reports[0]["words"]["rdx_bins"]
+                    ex_t = [b["exact_time"] for b in bins]
+                    ex_s = [b["exact_stack"] for b in bins]
+                    lt = [accuracy(ex_t, [b["time"] for b in v["words"]["rdx_bins"]])
+                          for v in lives]
+                    ls = [accuracy(ex_s, [b["stack"] for b in v["words"]["rdx_bins"]])
+                          for v in lives]
+                    row["live_time_s"] = statistics.median(lt)
+                    row["live_stack_s"] = statistics.median(ls)
+                    row["live_stack_s_min"] = min(ls)
+                    row["live_samples"] = statistics.median(v["words"]["samples"] for v in lives)
+                    extra = (f" {row['live_time_s']:>11.3f} {row['live_stack_s']:>12.3f}"
+                             f" {row['live_samples']:>8.0f}")
                 rows.append(row)
                 print(f"{name:<12} {row['accesses']:>10} {row['period']:>7} {unit:<5} "
                       f"{row['samples']:>7.0f} {row['traps']:>6.0f} {row['time_s']:>7.3f} "
                       f"{row['stack_s']:>7.3f} {row['stack_s_hat']:>6.3f} "
-                      f"{row['model_s']:>7.3f} {row['stack_s_min']:>5.3f}..{row['stack_s_max']:.3f}")
+                      f"{row['model_s']:>7.3f} {row['stack_s_min']:>5.3f}..{row['stack_s_max']:.3f}"
+                      + extra)
     print()
     for period in args.periods.split(","):
         for unit in ("words", "lines"):
@@ -127,6 +168,13 @@ def main():
                   f"worst {worst['stack_s']:.3f} ({worst['program']}), "
                   f"{sum(x >= 0.90 for x in s)}/{len(s)} programs >= 0.90; "
                   f"model alone median {statistics.median(r['model_s'] for r in sel):.3f}")
+            lv = [r["live_stack_s"] for r in sel if "live_stack_s" in r]
+            if lv:
+                worst = min((r for r in sel if "live_stack_s" in r),
+                            key=lambda r: r["live_stack_s"])
+                print(f"  live: median stack S {statistics.median(lv):.3f}, worst "
+                      f"{worst['live_stack_s']:.3f} ({worst['program']}), "
+                      f"{sum(x >= 0.90 for x in lv)}/{len(lv)} programs >= 0.90")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

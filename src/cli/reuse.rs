@@ -1,5 +1,5 @@
-//! `mgbench reuse`: featherlight reuse distance (RDX) over a recorded trace (`--rdx TRACE`).
-//! Live measurement (`mgbench reuse -- PROGRAM ARGS`) is refused with what to run instead.
+//! `mgbench reuse`: featherlight reuse distance (RDX) over a recorded trace (`--rdx TRACE`),
+//! or live while a program runs under QEMU (`mgbench reuse -- PROGRAM ARGS`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use mgbench_replay::results::write_atomically;
 use mgbench_synth::locality::rdx::{Attribution, RdxConfig};
-use mgbench_synth::rdx::{reuse, Bin, GranularityReport, ReuseConfig, ReuseReport};
+use mgbench_synth::rdx::{reuse, reuse_live, Bin, GranularityReport, ReuseConfig, ReuseReport};
 
 use super::progress::{Display, Style};
 use super::replay::non_negative;
@@ -70,7 +70,9 @@ pub struct ReuseArgs {
     /// Threads decoding the trace (default: one per CPU).
     #[arg(long = "decode-threads", value_parser = non_negative)]
     decode_threads: Option<usize>,
-    /// A program to measure live (not available yet: see the error it gives).
+    /// A program to measure live: it runs under QEMU with an inline access counter, one
+    /// sample every PERIOD accesses (default 2^20) and the machine's debug registers as
+    /// watchpoints; no trace is written. One thread: sampling stops when a second starts.
     #[arg(trailing_var_arg = true, value_name = "PROGRAM")]
     program: Vec<String>,
 }
@@ -121,13 +123,11 @@ pub fn run(args: ReuseArgs) -> Result<i32> {
         if args.rdx.is_some() {
             bail!("give either --rdx TRACE or a program, not both (program: {prog})");
         }
-        bail!(
-            "live RDX is not available in this build: it needs PMU address sampling (PEBS or IBS, absent here) or QEMU with debug-register watchpoints, which mgbench does not drive yet; record the program once and run RDX over the trace instead:\n  mgbench capture --full -o reuse.mgbt -- {prog}\n  mgbench reuse --rdx reuse.mgbt"
-        );
+        return live(&args, rdx);
     }
     let report = match &args.rdx {
         None => bail!(
-            "nothing to measure: give a full trace with --rdx TRACE (record one with mgbench capture --full -o TRACE -- PROGRAM)"
+            "nothing to measure: give a full trace with --rdx TRACE (record one with mgbench capture --full -o TRACE -- PROGRAM), or a program to measure live: mgbench reuse -- PROGRAM ARGS"
         ),
         Some(trace) => {
             let cfg = ReuseConfig {
@@ -153,6 +153,72 @@ pub fn run(args: ReuseArgs) -> Result<i32> {
     }
     emit(&report, args.format, args.output.as_ref())?;
     Ok(0)
+}
+
+/// `mgbench reuse -- PROGRAM`: RDX while the program runs under QEMU.
+fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
+    use mgbench_capture::backend::qemu::{rdx_live, LiveRdxConfig};
+    use mgbench_capture::backend::{signal_name, ProgramExit};
+    let dir = tempfile_dir()?;
+    let events = dir.join("rdx-events.txt");
+    let run = rdx_live(&LiveRdxConfig {
+        program: PathBuf::from(&args.program[0]),
+        args: args.program[1..].iter().map(Into::into).collect(),
+        events: events.clone(),
+        period: rdx.period,
+        jitter: rdx.jitter,
+        watchpoints: rdx.watchpoints,
+        seed: rdx.seed,
+    })?;
+    let cfg = ReuseConfig {
+        rdx,
+        exact: false,
+        top_pairs: args.top,
+        ..ReuseConfig::default()
+    };
+    let report = reuse_live(&events, &run.command, &cfg);
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut report = report?;
+    let code = match run.exit {
+        ProgramExit::Code(c) => c,
+        ProgramExit::Signal(s) => {
+            let why = if s == 4 {
+                " (QEMU's TCG lacks AVX-512: live RDX needs QEMU here; record with mgbench capture --backend ptrace --full and run reuse --rdx)"
+            } else {
+                ""
+            };
+            report
+                .notes
+                .push(format!("the program was killed by {}{why}", signal_name(s)));
+            128 + s
+        }
+        ProgramExit::Detached => 0,
+    };
+    if let Some(s) = run.interrupted {
+        report
+            .notes
+            .push(format!("interrupted by {}", signal_name(s)));
+    }
+    report.notes.push(format!(
+        "measured live under QEMU in {:.2} s (no trace written)",
+        run.elapsed_s
+    ));
+    emit(&report, args.format, args.output.as_ref())?;
+    Ok(code)
+}
+
+/// A private directory for the run's events file.
+fn tempfile_dir() -> Result<PathBuf> {
+    let base = std::env::temp_dir();
+    for i in 0..100u32 {
+        let d = base.join(format!("mgbench-reuse-{}-{i}", std::process::id()));
+        match std::fs::create_dir(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => bail!("cannot create a directory in {}: {e}", base.display()),
+        }
+    }
+    bail!("cannot create a directory in {}", base.display())
 }
 
 /// Prints the report and writes its JSON.
@@ -250,7 +316,9 @@ fn table(r: &ReuseReport, out: &mut impl Write) -> std::io::Result<()> {
     )?;
     writeln!(out)?;
     granularity(&r.words, out)?;
-    granularity(&r.lines, out)?;
+    if let Some(lines) = &r.lines {
+        granularity(lines, out)?;
+    }
     writeln!(
         out,
         "use -> reuse instruction pairs (by reuses they stand for):"
@@ -266,6 +334,7 @@ fn table(r: &ReuseReport, out: &mut impl Write) -> std::io::Result<()> {
             p.use_source,
             match (&p.reuse_ip, &p.reuse_source) {
                 (Some(ip), Some(src)) => format!("{ip} {src}"),
+                _ if p.mean_time.is_some() => "(reused; the instruction is not known live)".into(),
                 _ => "(no reuse before the end)".into(),
             }
         )?;

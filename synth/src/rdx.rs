@@ -106,7 +106,8 @@ pub struct GranularityReport {
 pub struct InstructionPair {
     pub use_ip: String,
     pub use_source: String,
-    /// None: uses that saw no reuse before the end.
+    /// None: uses that saw no reuse before the end (`mean_time` null), or, in a live run,
+    /// reuses whose instruction is not known (the watchpoint reports QEMU's code).
     pub reuse_ip: Option<String>,
     pub reuse_source: Option<String>,
     pub traps: u64,
@@ -118,13 +119,19 @@ pub struct InstructionPair {
 /// What `mgbench reuse --rdx` reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReuseReport {
+    /// The trace, or for a live run the command line.
     pub trace: String,
+    /// Measured while the program ran (`mgbench reuse -- PROGRAM`), not from a trace.
+    #[serde(default)]
+    pub live: bool,
     pub program: Option<String>,
     pub accesses: u64,
     pub threads: usize,
     pub config: RdxConfig,
     pub words: GranularityReport,
-    pub lines: GranularityReport,
+    /// Cache lines: simulated from a trace; absent from live runs (x86 watchpoints cover at
+    /// most 8 bytes).
+    pub lines: Option<GranularityReport>,
     pub pairs: Vec<InstructionPair>,
     pub notes: Vec<String>,
 }
@@ -358,13 +365,238 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
         .collect();
     Ok(ReuseReport {
         trace: p,
+        live: false,
         program: meta.command.first().cloned(),
         accesses,
         threads,
         config: cfg.rdx,
         words: words_report,
-        lines: lines_report,
+        lines: Some(lines_report),
         pairs,
         notes,
     })
+}
+
+/// Reads the events file of a live run (`mgbench reuse -- PROGRAM`; see the QEMU plugin's
+/// `rdx` module) and builds the report: the samples with the registers the plugin's reservoir
+/// chose and the traps go through the same bookkeeping as a trace-driven run. `command` is
+/// the program's command line.
+pub fn reuse_live(
+    events: &Path,
+    command: &str,
+    cfg: &ReuseConfig,
+) -> Result<ReuseReport, SynthError> {
+    let p = events.display().to_string();
+    let text = std::fs::read_to_string(events).map_err(|cause| SynthError::Open {
+        path: p.clone(),
+        cause,
+    })?;
+    let bad = |n: usize, line: &str| {
+        SynthError::Invalid(format!(
+            "{p}, line {}: cannot read live RDX event {line:?}",
+            n + 1
+        ))
+    };
+    let mut rdx = RdxConfig {
+        granularity: Granularity::Word,
+        ..cfg.rdx
+    };
+    let mut sampler: Option<Sampler> = None;
+    let mut time = Histogram::default();
+    let mut pairs: HashMap<(u64, bool), PairStats, fasthash::Build> = HashMap::default();
+    let mut on_pair = |pr: Pair| {
+        time.add(pr.time, pr.weight);
+        let st = pairs.entry((pr.use_ip, pr.time.is_some())).or_default();
+        st.traps += 1;
+        st.weight += pr.weight;
+        st.time_sum += pr.time.unwrap_or(0) as f64 * pr.weight;
+    };
+    let mut maps = String::new();
+    let mut notes = Vec::new();
+    let mut accesses = None;
+    let mut last_time = 0u64;
+    let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
+    for (n, line) in text.lines().enumerate() {
+        let (kind, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        match kind {
+            "H" => {
+                let (Some(period), Some(jitter), Some(watch), Some(seed)) = (
+                    f.first().and_then(|v| v.parse().ok()),
+                    f.get(1).and_then(|v| v.parse().ok()),
+                    f.get(2).and_then(|v| v.parse().ok()),
+                    f.get(3).and_then(|v| v.parse().ok()),
+                ) else {
+                    return Err(bad(n, line));
+                };
+                rdx.period = period;
+                rdx.jitter = jitter;
+                rdx.watchpoints = watch;
+                rdx.seed = seed;
+                sampler = Some(Sampler::new(rdx, seed));
+            }
+            "S" => {
+                let (Some(s), Some(ip), Some(addr), Some(now)) = (
+                    sampler.as_mut(),
+                    f.first().and_then(|v| hex(v)),
+                    f.get(1).and_then(|v| hex(v)),
+                    f.get(2).and_then(|v| v.parse::<u64>().ok()),
+                ) else {
+                    return Err(bad(n, line));
+                };
+                let register = match f.get(3) {
+                    Some(&"-") => None,
+                    Some(k) => Some(k.parse::<usize>().map_err(|_| bad(n, line))?),
+                    None => return Err(bad(n, line)),
+                };
+                s.sample_placed(ip, addr, now, register);
+                last_time = now;
+            }
+            "T" => {
+                let (Some(s), Some(k), Some(now)) = (
+                    sampler.as_mut(),
+                    f.first().and_then(|v| v.parse::<usize>().ok()),
+                    f.get(1).and_then(|v| v.parse::<u64>().ok()),
+                ) else {
+                    return Err(bad(n, line));
+                };
+                s.trap(k, now, &mut on_pair);
+                last_time = last_time.max(now);
+            }
+            "M" => {
+                maps.push_str(rest);
+                maps.push('\n');
+            }
+            "N" => notes.push(rest.to_string()),
+            "E" => accesses = f.first().and_then(|v| v.parse::<u64>().ok()),
+            _ => return Err(bad(n, line)),
+        }
+    }
+    let Some(mut sampler) = sampler else {
+        return Err(SynthError::Invalid(format!(
+            "{p} holds no live RDX run (QEMU did not start the plugin?)"
+        )));
+    };
+    sampler.finish(&mut on_pair);
+    let accesses = accesses.unwrap_or_else(|| {
+        notes.push(format!(
+            "the program did not exit normally: the histograms cover its first {last_time} accesses"
+        ));
+        last_time
+    });
+    let mut tracks = vec![Track {
+        sampler,
+        exact: None,
+    }];
+    let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses);
+    if words.samples < 100 {
+        notes.push(format!(
+            "only {} samples: lower --period for a steadier histogram",
+            words.samples
+        ));
+    }
+    notes.push(
+        "live: the reusing instruction is not known (the watchpoint fires in QEMU's generated code); cache lines need a trace (mgbench reuse --rdx)".into(),
+    );
+    let mut sym = Symbolizer::new(mgbench_capture::trace::Mapping::parse_proc_maps(&maps));
+    let mut list: Vec<((u64, bool), PairStats)> = pairs.into_iter().collect();
+    list.sort_by(|a, b| b.1.weight.total_cmp(&a.1.weight));
+    let pairs = list
+        .into_iter()
+        .take(cfg.top_pairs)
+        .map(|((u, reused), st)| InstructionPair {
+            use_ip: format!("{u:#x}"),
+            use_source: sym.resolve(u).describe(),
+            reuse_ip: None,
+            reuse_source: None,
+            traps: st.traps,
+            weight: st.weight,
+            mean_time: reused.then(|| st.time_sum / st.weight.max(1e-300)),
+        })
+        .collect();
+    Ok(ReuseReport {
+        trace: command.to_string(),
+        live: true,
+        program: command.split_whitespace().next().map(str::to_string),
+        accesses,
+        threads: 1,
+        config: rdx,
+        words,
+        lines: None,
+        pairs,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(name: &str, text: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!(
+            "mgbench-rdx-events-{}-{name}.txt",
+            std::process::id()
+        ));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn a_live_run_is_read_from_its_events() {
+        // Two registers: two uses reused 5 and 20 accesses later, one dropped sample, one
+        // use never reused; the program's mapping names the instructions.
+        let p = events(
+            "ok",
+            "H 10 0.5 2 7\n\
+             M 400000-401000 r-xp 00000000 00:00 0 /bin/prog\n\
+             S 0x400010 0x1000 10 0\n\
+             S 0x400020 0x2000 20 1\n\
+             T 0 15\n\
+             S 0x400010 0x3000 30 0\n\
+             T 1 40\n\
+             N a note from the plugin\n\
+             E 100\n",
+        );
+        let cfg = ReuseConfig {
+            exact: false,
+            ..ReuseConfig::default()
+        };
+        let r = reuse_live(&p, "/bin/prog --x", &cfg).unwrap();
+        assert!(r.live && r.lines.is_none());
+        assert_eq!((r.accesses, r.threads), (100, 1));
+        assert_eq!(
+            (r.config.period, r.config.watchpoints, r.config.seed),
+            (10, 2, 7)
+        );
+        assert_eq!((r.words.samples, r.words.traps), (3, 2));
+        assert_eq!(r.words.no_reuse, 1.0, "the use at 30 is never reused");
+        // Distances 5 and 20 both fall in RDX's first bin [0, 4K).
+        assert!((r.words.rdx_bins[0].time - 1.0).abs() < 1e-9);
+        let fine: Vec<f64> = r.words.fine_bins.iter().map(|b| b.time).collect();
+        assert!((fine.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        assert!(r.notes.iter().any(|n| n == "a note from the plugin"));
+        let reused = r.pairs.iter().find(|p| p.use_ip == "0x400020").unwrap();
+        assert_eq!(reused.mean_time, Some(20.0));
+        assert!(reused.reuse_ip.is_none());
+        std::fs::remove_file(&p).ok();
+    }
+
+    #[test]
+    fn a_live_run_cut_short_or_garbled_is_reported() {
+        let cfg = ReuseConfig::default();
+        // No end line: the program died; the histograms cover what was logged.
+        let p = events("cut", "H 10 0.5 1 1\nS 0x1 0x1000 10 0\nT 0 12\n");
+        let r = reuse_live(&p, "prog", &cfg).unwrap();
+        assert_eq!(r.accesses, 12);
+        assert!(r.notes.iter().any(|n| n.contains("did not exit normally")));
+        std::fs::remove_file(&p).ok();
+        let p = events("bad", "H 10 0.5 1 1\nS zz 0x1000 10 0\n");
+        let e = reuse_live(&p, "prog", &cfg).unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
+        std::fs::remove_file(&p).ok();
+        let p = events("empty", "");
+        let e = reuse_live(&p, "prog", &cfg).unwrap_err().to_string();
+        assert!(e.contains("no live RDX run"), "{e}");
+        std::fs::remove_file(&p).ok();
+    }
 }

@@ -200,14 +200,15 @@ fn reuse_bad_input_is_named() {
         assert!(!e.contains("panicked"), "{e}");
     };
     err(&["reuse", "--rdx", "missing.mgbt"], &["missing.mgbt"]);
-    err(&["reuse"], &["--rdx TRACE", "capture --full"]);
-    // Live RDX is not built: the error says what to run instead.
     err(
-        &["reuse", "--", "./prog", "--n=3"],
-        &[
-            "live RDX",
-            "mgbench capture --full -o reuse.mgbt -- ./prog --n=3",
-        ],
+        &["reuse"],
+        &["--rdx TRACE", "capture --full", "reuse -- PROGRAM"],
+    );
+    // Live: a program that is not there is named.
+    err(&["reuse", "--", "./prog", "--n=3"], &["./prog"]);
+    err(
+        &["reuse", "--rdx", "x.mgbt", "--", "./prog"],
+        &["either --rdx TRACE or a program"],
     );
     // A sampled trace cannot give time distances.
     let o = mgbench(
@@ -254,4 +255,106 @@ fn reuse_bad_input_is_named() {
         std::fs::read_to_string(dir.join("keep.json")).unwrap(),
         "{}\n"
     );
+}
+
+/// Runs `mgbench reuse` live on `args` and returns its JSON report.
+fn live_json(dir: &Path, period: &str, args: &[&str]) -> serde_json::Value {
+    let mut a = vec![
+        "reuse",
+        "--quiet",
+        "--period",
+        period,
+        "-o",
+        "live.json",
+        "--",
+    ];
+    a.extend(args);
+    let o = mgbench(&a, dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap()
+}
+
+fn stack(v: &serde_json::Value, key: &str) -> Vec<f64> {
+    v["words"]["rdx_bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b[key].as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn live_rdx_measures_a_running_program_like_the_exact_histogram() {
+    if !have(
+        "qemu-x86_64",
+        "live RDX under QEMU with hardware watchpoints",
+    ) {
+        return;
+    }
+    let dir = temp_dir("reuse-live");
+    let program = [app("reuse_loops"), "--reps=10".to_string()];
+    let args: Vec<&str> = program.iter().map(String::as_str).collect();
+    capture(&dir, "loops.mgbt", &args);
+    let exact = reuse_json(&dir, &["--rdx", "loops.mgbt", "--period", "4096"]);
+    let want = stack(&exact, "exact_stack");
+    // Period under 2^18: memory callbacks count between samples.
+    let v = live_json(&dir, "4096", &args);
+    assert_eq!(v["live"], true);
+    assert!(v["lines"].is_null(), "no cache lines live");
+    let (live_n, trace_n) = (
+        v["accesses"].as_f64().unwrap(),
+        exact["accesses"].as_f64().unwrap(),
+    );
+    assert!(
+        (live_n - trace_n).abs() < 1000.0,
+        "live counts {live_n} accesses, the full trace {trace_n}"
+    );
+    assert!(
+        v["words"]["samples"].as_u64().unwrap() > 300,
+        "{}",
+        v["words"]
+    );
+    assert!(v["words"]["traps"].as_u64().unwrap() > 20, "{}", v["words"]);
+    let got = stack(&v, "stack");
+    let s = 1.0
+        - want
+            .iter()
+            .zip(&got)
+            .map(|(a, b)| (a - b).abs())
+            .sum::<f64>()
+            / 2.0;
+    assert!(s >= 0.9, "live S {s}: {got:?} vs exact {want:?}");
+    // Period 2^18: counted inline between samples, switched in by retranslation. The large
+    // sweep's reuses (200000 words apart) dominate.
+    let v = live_json(&dir, "262144", &args);
+    assert!(
+        v["words"]["samples"].as_u64().unwrap() >= 5,
+        "{}",
+        v["words"]
+    );
+    let peak = v["words"]["rdx_bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["label"] == "128K-256K")
+        .unwrap()["time"]
+        .as_f64()
+        .unwrap();
+    assert!(peak > 0.5, "{}", v["words"]);
+}
+
+#[test]
+fn live_rdx_stops_sampling_at_a_second_thread_and_the_program_runs_on() {
+    if !have("qemu-x86_64", "live RDX of a threaded program") {
+        return;
+    }
+    let dir = temp_dir("reuse-live-threads");
+    let spmv = app("spmv");
+    let v = live_json(
+        &dir,
+        "4096",
+        &[&spmv, "--rows=4096", "--iters=5", "--threads=2"],
+    );
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("second thread"), "{notes}");
 }

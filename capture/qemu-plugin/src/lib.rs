@@ -22,6 +22,7 @@
 //! inclusive mode counts calls into the ranges (entry executions minus `ret` executions inside
 //! them) and records while that depth is positive, so callees count.
 
+mod rdx;
 mod slots;
 mod switch;
 mod sys;
@@ -88,6 +89,8 @@ struct Config {
     exe_base: u64,
     roi_mode: RoiMode,
     level: i32,
+    /// Live RDX instead of a trace (`out` is then the events file).
+    rdx: Option<rdx::RdxArgs>,
 }
 
 impl Config {
@@ -106,6 +109,13 @@ impl Config {
             // Fastest zstd setting that still compresses well: the writer must keep pace
             // with tens of millions of accesses per second (1.49 vs 1.39 B/access at 1).
             level: -1,
+            rdx: None,
+        };
+        let mut rdx = rdx::RdxArgs {
+            period: 0,
+            watch: rdx::MAX_WATCH,
+            seed: 1,
+            jitter: 0.5,
         };
         let num = |k: &str, v: &str| -> Result<u64, String> {
             let parsed = match v.strip_prefix("0x") {
@@ -126,6 +136,16 @@ impl Config {
                 "window" => c.window = num(k, v)?,
                 "period" => c.period = num(k, v)?,
                 "exe" => c.exe = Some(v.to_string()),
+                "rdx" => rdx.period = num(k, v)?,
+                "rdx_watch" => rdx.watch = num(k, v)? as usize,
+                "rdx_seed" => rdx.seed = num(k, v)?,
+                "rdx_jitter" => {
+                    rdx.jitter = v
+                        .parse()
+                        .ok()
+                        .filter(|j| (0.0..1.0).contains(j))
+                        .ok_or_else(|| format!("rdx_jitter={v}: give a fraction in [0, 1)"))?
+                }
                 "exe_base" => c.exe_base = num(k, v)?,
                 "level" => {
                     c.level = v
@@ -159,6 +179,9 @@ impl Config {
         }
         if !c.roi.is_empty() && c.roi_mode == RoiMode::None {
             c.roi_mode = RoiMode::Inclusive;
+        }
+        if rdx.period > 0 {
+            c.rdx = Some(rdx);
         }
         Ok(c)
     }
@@ -507,18 +530,7 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     let (n, tb_vaddr) = unsafe { (qemu_plugin_tb_n_insns(tb), qemu_plugin_tb_vaddr(tb)) };
     note_mappings(p, tb_vaddr);
     if switch::mode() == switch::Mode::Count {
-        for i in 0..n {
-            // SAFETY: i < n instructions of this TB; the counter is a static u64.
-            unsafe {
-                qemu_plugin_register_vcpu_mem_inline(
-                    qemu_plugin_tb_get_insn(tb, i),
-                    QEMU_PLUGIN_MEM_RW,
-                    QEMU_PLUGIN_INLINE_ADD_U64,
-                    switch::counter_ptr().cast(),
-                    1,
-                )
-            };
-        }
+        register_counting(tb);
         return;
     }
     let roi = if p.cfg.roi_mode == RoiMode::None {
@@ -576,6 +588,75 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
                 vaddr as *mut c_void,
             )
         };
+    }
+}
+
+/// One inline add to the counter per memory access of the TB (the counting mode of `switch`).
+fn register_counting(tb: *mut qemu_plugin_tb) {
+    // SAFETY: `tb` is valid during the translation callback that passes it.
+    let n = unsafe { qemu_plugin_tb_n_insns(tb) };
+    for i in 0..n {
+        // SAFETY: i < n instructions of this TB; the counter is a static u64.
+        unsafe {
+            qemu_plugin_register_vcpu_mem_inline(
+                qemu_plugin_tb_get_insn(tb, i),
+                QEMU_PLUGIN_MEM_RW,
+                QEMU_PLUGIN_INLINE_ADD_U64,
+                switch::counter_ptr().cast(),
+                1,
+            )
+        };
+    }
+}
+
+/// Live RDX's translation: counting, or a memory callback per access around a sample, or
+/// nothing once sampling stopped.
+extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
+    if rdx::stopped() {
+        return;
+    }
+    if switch::mode() == switch::Mode::Count {
+        register_counting(tb);
+        return;
+    }
+    // SAFETY: `tb` and its instruction handles are valid during this callback; the ip
+    // travels as the user-data pointer.
+    unsafe {
+        for i in 0..qemu_plugin_tb_n_insns(tb) {
+            let insn = qemu_plugin_tb_get_insn(tb, i);
+            qemu_plugin_register_vcpu_mem_cb(
+                insn,
+                rdx::mem_cb,
+                QEMU_PLUGIN_CB_NO_REGS,
+                QEMU_PLUGIN_MEM_RW,
+                qemu_plugin_insn_vaddr(insn) as *mut c_void,
+            );
+        }
+    }
+}
+
+extern "C" fn rdx_vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
+    static STARTED: AtomicU32 = AtomicU32::new(0);
+    if STARTED.fetch_add(1, Ordering::AcqRel) == 0 {
+        switch::set_owner(vcpu);
+    } else {
+        if let Some((_, n)) = switch::second_thread(vcpu) {
+            rdx::credit(n);
+        }
+        rdx::second_thread();
+    }
+}
+
+extern "C" fn rdx_at_exit(id: qemu_plugin_id_t, _udata: *mut c_void) {
+    rdx::finish(id);
+}
+
+fn register_rdx_callbacks(id: qemu_plugin_id_t) {
+    // SAFETY: registering callbacks with the id QEMU gave us.
+    unsafe {
+        qemu_plugin_register_vcpu_init_cb(id, rdx_vcpu_init);
+        qemu_plugin_register_vcpu_tb_trans_cb(id, rdx_tb_trans);
+        qemu_plugin_register_atexit_cb(id, rdx_at_exit, ptr::null_mut());
     }
 }
 
@@ -945,6 +1026,16 @@ pub unsafe extern "C" fn qemu_plugin_install(
             return 1;
         }
     };
+    if let Some(r) = cfg.rdx {
+        let started =
+            rdx::init(&cfg.out, r).and_then(|()| switch::init(id, r.period >= switch::MIN_SKIP));
+        if let Err(e) = started {
+            sys::outs(&e);
+            return 1;
+        }
+        register_rdx_callbacks(id);
+        return 0;
+    }
     let file = match OpenOptions::new().append(true).open(&cfg.out) {
         Ok(f) => f,
         Err(e) => {
@@ -1038,6 +1129,11 @@ fn register_callbacks(id: qemu_plugin_id_t) {
 /// A switch of instrumentation is done (every vCPU stopped, all translations flushed):
 /// credit what the counter holds and register the callbacks again (a reset removed them).
 pub(crate) extern "C" fn on_reset(id: qemu_plugin_id_t) {
+    if rdx::active() {
+        switch::on_reset(|_, n| rdx::credit(n));
+        register_rdx_callbacks(id);
+        return;
+    }
     // SAFETY: every vCPU is stopped while QEMU calls this.
     switch::on_reset(|owner, n| unsafe { credit_skips(owner, n) });
     register_callbacks(id);

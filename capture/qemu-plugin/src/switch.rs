@@ -91,6 +91,11 @@ fn count() -> u64 {
     unsafe { std::ptr::read_volatile(counter_ptr()) }
 }
 
+/// Accesses the counter holds that no thread was credited with yet. Async-signal-safe.
+pub fn uncredited() -> u64 {
+    count().wrapping_sub(BASE.load(Ordering::Acquire))
+}
+
 fn page() -> *mut c_void {
     COUNTER.0.get().cast()
 }

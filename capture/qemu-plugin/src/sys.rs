@@ -235,3 +235,190 @@ pub fn on_fork_child(f: extern "C" fn()) {
     // SAFETY: registers a handler that makes only async-signal-safe calls.
     unsafe { libc::pthread_atfork(None, None, Some(f)) };
 }
+
+/// `struct perf_event_attr` as of Linux 5.13 (PERF_ATTR_SIZE_VER7), the fields a breakpoint
+/// uses.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    bp_addr: u64,
+    bp_len: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved_2: u16,
+    aux_sample_size: u32,
+    reserved_3: u32,
+    sig_data: u64,
+}
+
+const PERF_TYPE_BREAKPOINT: u32 = 5;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+const HW_BREAKPOINT_RW: u32 = 3;
+const FLAG_DISABLED: u64 = 1 << 0;
+const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
+const FLAG_EXCLUDE_HV: u64 = 1 << 6;
+const FLAG_REMOVE_ON_EXEC: u64 = 1 << 36;
+const FLAG_SIGTRAP: u64 = 1 << 37;
+const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
+const PERF_EVENT_IOC_MODIFY_ATTRIBUTES: libc::c_ulong = 0x4008_240b;
+/// `si_code` of a SIGTRAP sent by a perf event with `sigtrap` set.
+const TRAP_PERF: c_int = 6;
+
+fn breakpoint_attr(addr: u64, len: u64, sig_data: u64, disabled: bool) -> PerfEventAttr {
+    PerfEventAttr {
+        kind: PERF_TYPE_BREAKPOINT,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        sample_period: 1,
+        flags: FLAG_EXCLUDE_KERNEL
+            | FLAG_EXCLUDE_HV
+            | FLAG_REMOVE_ON_EXEC
+            | FLAG_SIGTRAP
+            | if disabled { FLAG_DISABLED } else { 0 },
+        bp_type: HW_BREAKPOINT_RW,
+        bp_addr: addr,
+        bp_len: len,
+        sig_data,
+        ..PerfEventAttr::default()
+    }
+}
+
+/// A hardware watchpoint (an x86 debug register, through perf) on the calling thread that
+/// raises SIGTRAP when the thread reads or writes the watched bytes. Created disarmed.
+pub struct Watchpoint {
+    fd: c_int,
+}
+
+impl Watchpoint {
+    pub fn open(addr: u64) -> std::io::Result<Watchpoint> {
+        let attr = breakpoint_attr(addr, 8, 0, true);
+        // SAFETY: a valid attr of the size it declares; pid 0 and cpu -1: this thread on any
+        // CPU; no group.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const PerfEventAttr,
+                0,
+                -1,
+                -1,
+                PERF_FLAG_FD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Watchpoint { fd: fd as c_int })
+    }
+
+    /// Watches the `len` bytes at `addr` (len 1, 2, 4 or 8, aligned to it); the SIGTRAP it
+    /// raises carries `sig_data`. Async-signal-safe.
+    pub fn arm(&self, addr: u64, len: u64, sig_data: u64) -> bool {
+        let mut attr = breakpoint_attr(addr, len, sig_data, false);
+        // SAFETY: an ioctl on our own perf descriptor with a valid attr.
+        unsafe { libc::ioctl(self.fd, PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &mut attr) == 0 }
+    }
+
+    /// The perf descriptor, for [`disarm_watchpoint`] in a signal handler.
+    pub fn fd(&self) -> c_int {
+        self.fd
+    }
+}
+
+/// Stops the watchpoint whose perf descriptor is `fd`. Async-signal-safe.
+pub fn disarm_watchpoint(fd: c_int) {
+    // SAFETY: an ioctl on a perf descriptor; a stale number only fails.
+    unsafe { libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) };
+}
+
+impl Drop for Watchpoint {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+/// A watchpoint's SIGTRAP lands here with its `sig_data`; the hook returns true when it was
+/// one of its own. Any other SIGTRAP goes to the handler installed before (QEMU's).
+pub type TrapHook = fn(u64) -> bool;
+
+static TRAP_HOOK: std::sync::OnceLock<(TrapHook, libc::sigaction)> = std::sync::OnceLock::new();
+
+extern "C" fn on_trap(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    let Some((hook, old)) = TRAP_HOOK.get() else {
+        return;
+    };
+    // SAFETY: the kernel passes a valid siginfo; for TRAP_PERF the perf data (an unsigned
+    // long) follows si_addr, at byte 24 of the x86-64 layout.
+    let (code, data) = unsafe {
+        (
+            (*info).si_code,
+            std::ptr::read_unaligned(info.cast::<u8>().add(24).cast::<u64>()),
+        )
+    };
+    if code == TRAP_PERF && hook(data) {
+        return;
+    }
+    chain(old, sig, info, ctx);
+}
+
+/// Calls the handler `old` as the kernel would have.
+fn chain(old: &libc::sigaction, sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    if old.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: an SA_SIGINFO handler has this signature; called in the same signal
+        // context.
+        let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+            unsafe { std::mem::transmute(old.sa_sigaction) };
+        f(sig, info, ctx);
+    } else if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
+        // SAFETY: plain sigaction call with a zeroed (default) action; re-raised so the
+        // default action happens.
+        unsafe {
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+    } else {
+        // SAFETY: a plain handler has this signature.
+        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(old.sa_sigaction) };
+        f(sig);
+    }
+}
+
+/// Puts `hook` in front of the current SIGTRAP handler (once). Call it after QEMU installed
+/// its handlers (from a callback).
+pub fn install_trap_hook(hook: TrapHook) -> Result<(), String> {
+    if TRAP_HOOK.get().is_some() {
+        return Ok(());
+    }
+    // SAFETY: sigaction with zero-initialised structs; the new handler has the SA_SIGINFO
+    // signature and keeps the old handler's flags (alternate stack) and mask.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGTRAP, std::ptr::null(), &mut old) != 0 {
+            return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
+        }
+        let _ = TRAP_HOOK.set((hook, old));
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_trap as *const () as usize;
+        act.sa_flags = (old.sa_flags | libc::SA_SIGINFO) & !libc::SA_RESETHAND;
+        act.sa_mask = old.sa_mask;
+        if libc::sigaction(libc::SIGTRAP, &act, std::ptr::null_mut()) != 0 {
+            return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}

@@ -439,3 +439,88 @@ impl Drop for ProgressWatcher {
         }
     }
 }
+
+/// How live RDX samples (see the plugin's `rdx` module and `mgbench reuse -- PROGRAM`).
+#[derive(Debug, Clone)]
+pub struct LiveRdxConfig {
+    pub program: PathBuf,
+    pub args: Vec<std::ffi::OsString>,
+    /// File the plugin writes its samples and traps to.
+    pub events: PathBuf,
+    pub period: u64,
+    pub jitter: f64,
+    pub watchpoints: usize,
+    pub seed: u64,
+}
+
+/// How a live RDX run ended.
+#[derive(Debug, Clone)]
+pub struct LiveRdxRun {
+    pub command: String,
+    pub exit: ProgramExit,
+    pub interrupted: Option<i32>,
+    pub elapsed_s: f64,
+}
+
+/// Runs the program under QEMU with the plugin measuring reuse distances live (RDX): an
+/// inline access counter, one sample every `period` accesses, hardware watchpoints on the
+/// sampled words. No trace is written; the events file is read by
+/// `mgbench_synth::rdx::reuse_live`.
+pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
+    let program = resolve(&cfg.program)?;
+    let qemu = find_qemu()?;
+    let plugin = find_plugin()?;
+    let events = absolute(&cfg.events);
+    if events.to_string_lossy().contains(',') {
+        return Err(CaptureError::CommaInPath(events));
+    }
+    std::fs::write(&events, b"").map_err(|cause| CaptureError::Output {
+        path: events.clone(),
+        cause,
+    })?;
+    let arg = format!(
+        "{},out={},rdx={},rdx_watch={},rdx_seed={},rdx_jitter={}",
+        plugin.display(),
+        events.display(),
+        cfg.period,
+        cfg.watchpoints,
+        cfg.seed,
+        cfg.jitter
+    );
+    let mut command_line = vec![program.path.display().to_string()];
+    command_line.extend(cfg.args.iter().map(|a| a.to_string_lossy().into_owned()));
+    let start = Instant::now();
+    let guard = SignalGuard::install();
+    let mut command = Command::new(&qemu);
+    command
+        .arg("-plugin")
+        .arg(&arg)
+        .arg(&program.path)
+        .args(&cfg.args);
+    die_with_parent(&mut command);
+    let status = command
+        .spawn()
+        .and_then(|mut c| c.wait())
+        .map_err(|cause| CaptureError::Spawn {
+            what: qemu.display().to_string(),
+            cause,
+        })?;
+    let interrupted = guard.caught();
+    drop(guard);
+    use std::os::unix::process::ExitStatusExt;
+    let exit = match (status.code(), status.signal()) {
+        (Some(c), _) => ProgramExit::Code(c),
+        (None, Some(s)) => ProgramExit::Signal(s),
+        _ => ProgramExit::Code(-1),
+    };
+    let empty = std::fs::metadata(&events).map_or(true, |m| m.len() == 0);
+    if empty && matches!(exit, ProgramExit::Code(_)) {
+        return Err(CaptureError::PluginNotLoaded { plugin });
+    }
+    Ok(LiveRdxRun {
+        command: command_line.join(" "),
+        exit,
+        interrupted,
+        elapsed_s: start.elapsed().as_secs_f64(),
+    })
+}

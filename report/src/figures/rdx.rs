@@ -15,12 +15,13 @@ pub fn sections(reports: &[(String, ReuseReport)], ids: &mut Ids) -> Vec<Section
         .map(|(src, r)| {
             let name = r.program.as_deref().unwrap_or(src);
             let mut figures = Vec::new();
-            for g in [&r.words, &r.lines] {
+            for g in std::iter::once(&r.words).chain(&r.lines) {
                 figures.push(histogram(g, false, src, ids));
                 figures.push(histogram(g, true, src, ids));
             }
             let mut intro = format!(
-                "RDX over {} ({} accesses, {} thread(s)): one sample every {} accesses (jitter {}), {} watchpoint(s), attribution {:?}, seed {}.",
+                "RDX {} {} ({} accesses, {} thread(s)): one sample every {} accesses (jitter {}), {} watchpoint(s), attribution {:?}, seed {}.",
+                if r.live { "live, on" } else { "over" },
                 r.trace,
                 r.accesses,
                 r.threads,
@@ -30,7 +31,7 @@ pub fn sections(reports: &[(String, ReuseReport)], ids: &mut Ids) -> Vec<Section
                 r.config.attribution,
                 r.config.seed
             );
-            for g in [&r.words, &r.lines] {
+            for g in std::iter::once(&r.words).chain(&r.lines) {
                 let unit = g.granularity.unit();
                 intro.push_str(&format!(
                     " {unit}: {} samples, {} traps, {:.0} distinct estimated",

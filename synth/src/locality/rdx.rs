@@ -669,6 +669,34 @@ impl Sampler {
     }
 
     fn sample(&mut self, ip: u64, addr: u64, now: u64) {
+        self.place(ip, addr, now, None);
+    }
+
+    /// A sample taken live, where the plugin's reservoir already chose its register
+    /// (`register`; `None`: dropped). The bookkeeping (attribution, Horvitz-Thompson
+    /// probabilities) is the same as for the samples this sampler takes itself.
+    pub fn sample_placed(&mut self, ip: u64, addr: u64, now: u64, register: Option<usize>) {
+        self.place(ip, addr, now, Some(register));
+    }
+
+    /// A trap of `register` at access `now` (live: the reusing instruction is not known).
+    pub fn trap(&mut self, register: usize, now: u64, on_pair: &mut impl FnMut(Pair)) {
+        let Some(s) = self.slots.get_mut(register).and_then(Option::take) else {
+            return;
+        };
+        self.since[register] = 0;
+        self.traps += 1;
+        let weight = self.attributed(&s);
+        on_pair(Pair {
+            use_ip: s.use_ip,
+            reuse_ip: None,
+            time: Some(now.saturating_sub(s.use_time)),
+            weight,
+        });
+    }
+
+    /// Places a new sample: `given` is the live reservoir's choice, `None` to choose here.
+    fn place(&mut self, ip: u64, addr: u64, now: u64, given: Option<Option<usize>>) {
         let number = self.samples;
         self.samples += 1;
         self.samples_at.entry(ip).or_default().push(number);
@@ -687,7 +715,12 @@ impl Sampler {
                 self.since[k] += 1;
             }
         }
-        if let Some(k) = self.slots.iter().position(Option::is_none) {
+        // A free register takes the sample (the live plugin takes the first free one too).
+        let free = match given {
+            None => self.slots.iter().position(Option::is_none),
+            Some(g) => g.filter(|&k| self.slots.get(k).is_some_and(Option::is_none)),
+        };
+        if let Some(k) = free {
             self.slots[k] = Some(slot);
             self.since[k] = 1;
             return;
@@ -701,23 +734,35 @@ impl Sampler {
                 s.pi *= 1.0 - q[k];
             }
         }
-        let n = self.order.len();
-        for i in (1..n).rev() {
-            let j = (self.rng.next_u64() % (i as u64 + 1)) as usize;
-            self.order.swap(i, j);
-        }
-        for idx in 0..n {
-            let k = self.order[idx];
-            let nk = self.since[k].max(1);
-            if self.rng.next_u64() % nk == 0 {
+        let chosen = match given {
+            Some(g) => g.filter(|&k| k < self.slots.len()),
+            None => {
+                let n = self.order.len();
+                for i in (1..n).rev() {
+                    let j = (self.rng.next_u64() % (i as u64 + 1)) as usize;
+                    self.order.swap(i, j);
+                }
+                let mut taken = None;
+                for idx in 0..n {
+                    let k = self.order[idx];
+                    let nk = self.since[k].max(1);
+                    if self.rng.next_u64() % nk == 0 {
+                        taken = Some(k);
+                        break;
+                    }
+                }
+                taken
+            }
+        };
+        match chosen {
+            Some(k) => {
                 // Replaced within the register's reservoir interval, which goes on.
                 slot.interval_start = self.slots[k].map_or(number, |o| o.interval_start);
                 slot.pi = q[k];
                 self.slots[k] = Some(slot);
-                return;
             }
+            None => self.dropped += 1,
         }
-        self.dropped += 1;
     }
 
     /// Reports the registers still armed at the end as uses without a reuse.
@@ -918,6 +963,54 @@ mod tests {
         assert!((s - 0.0).abs() < 1e-12);
         // Adjacent averages: [0.5, 0] vs [0.5, 0.5]: S^ = 1 - 0.5 / 2.
         assert!((h - 0.75).abs() < 1e-12, "{h}");
+    }
+
+    #[test]
+    fn live_events_replayed_give_the_pairs_of_the_trace_driven_run() {
+        // A trace-driven sampler over a random stream; its choices (which register each
+        // sample took, which register trapped) are read off its registers and replayed into
+        // a second sampler as the live plugin reports them: the pairs must be the same.
+        let cfg = RdxConfig {
+            period: 7,
+            jitter: 0.5,
+            watchpoints: 3,
+            granularity: Granularity::Word,
+            seed: 5,
+            attribution: Attribution::Ht,
+        };
+        let mut a = Sampler::new(cfg, 9);
+        let mut b = Sampler::new(cfg, 12345);
+        let (mut pa, mut pb) = (Vec::new(), Vec::new());
+        let mut rng = Rng::new(3);
+        for now in 0..20_000u64 {
+            let ip = 0x400 + rng.next_u64() % 5;
+            let addr = 0x10_0000 + 8 * (rng.next_u64() % 40);
+            let before: Vec<Option<Slot>> = a.slots.clone();
+            let (traps_before, samples_before) = (a.traps, a.samples);
+            a.access(ip, addr, 8, &mut |p| pa.push(p));
+            // Traps first (they happen before the access is counted), in register order.
+            if a.traps > traps_before {
+                for (k, slot) in before.iter().enumerate() {
+                    let trapped = slot.is_some_and(|s| addr < s.hi && addr + 8 > s.lo);
+                    if trapped {
+                        b.trap(k, now, &mut |mut p: Pair| {
+                            p.reuse_ip = Some(ip);
+                            pb.push(p)
+                        });
+                    }
+                }
+            }
+            if a.samples > samples_before {
+                let k = (0..3).find(|&k| a.slots[k].is_some_and(|s| s.use_time == now));
+                b.sample_placed(ip, addr, now, k);
+            }
+        }
+        a.finish(&mut |p| pa.push(p));
+        b.finish(&mut |p| pb.push(p));
+        assert!(pa.len() > 1000, "{} pairs", pa.len());
+        assert_eq!(a.dropped, b.dropped);
+        assert!(a.dropped > 0, "the reservoir was exercised");
+        assert_eq!(pa, pb);
     }
 
     #[test]

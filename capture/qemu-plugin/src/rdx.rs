@@ -1,0 +1,344 @@
+//! Live RDX (`mgbench reuse -- PROGRAM`): reuse distances sampled while the program runs,
+//! with no trace.
+//!
+//! RDX takes one access every `period` (the use), watches its 8-byte word with a hardware
+//! debug register, and measures the accesses between the use and the first access that
+//! touches the word again (the reuse), from an access counter. Here:
+//!
+//! - the counter is QEMU's generated code (the inline add of `switch`), and the sample point
+//!   switches in memory callbacks for one access, whose address becomes the use;
+//! - the watchpoints are the machine's debug registers, set through perf on the vCPU thread:
+//!   in user mode a guest address is the host address, so the register fires when the
+//!   generated code (or QEMU on the guest's behalf) touches the word; the SIGTRAP handler
+//!   reads the counter there, disarms the register and queues the trap;
+//! - the reservoir (which register a new sample takes when all are busy) is RDX's, with the
+//!   plugin's own random numbers; every sample with its register and every trap go to an
+//!   events file, from which mgbench rebuilds the histograms with the same bookkeeping as the
+//!   trace-driven run (`mgbench_synth::locality::rdx`).
+//!
+//! One guest thread: the counter is shared by all vCPUs (QEMU 7.2), so when a second thread
+//! starts, sampling stops (noted in the file) and the guest runs with no instrumentation.
+
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::switch;
+use crate::sys::{self, qemu_plugin_id_t, Watchpoint};
+
+/// Debug registers used at most (x86 has 4; perf may give fewer).
+pub const MAX_WATCH: usize = 4;
+/// Marks the SIGTRAPs of our watchpoints (`sig_data = MAGIC << 8 | register`).
+const MAGIC: u64 = 0x6d67_6264_7278; // "mgbdrx"
+const RING: usize = 64;
+
+/// Live RDX is the plugin's mode.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// No more samples (a second thread, or the watchpoints failed).
+static STOPPED: AtomicBool = AtomicBool::new(false);
+/// Accesses counted outside the counter's uncredited part (callbacks, and credits).
+static TIME: AtomicU64 = AtomicU64::new(0);
+/// Registers armed now, and their perf descriptors (for the signal handler).
+static ARMED: [AtomicBool; MAX_WATCH] = [const { AtomicBool::new(false) }; MAX_WATCH];
+/// Traps not yet logged: `register << 56 | time`.
+static TRAPS: [AtomicU64; RING] = [const { AtomicU64::new(0) }; RING];
+static TRAPS_IN: AtomicUsize = AtomicUsize::new(0);
+static WATCH_FDS: [AtomicI32; MAX_WATCH] = [const { AtomicI32::new(-1) }; MAX_WATCH];
+
+/// How live RDX samples (plugin arguments `rdx=PERIOD,rdx_watch=W,rdx_seed=S,rdx_jitter=J`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RdxArgs {
+    pub period: u64,
+    pub watch: usize,
+    pub seed: u64,
+    pub jitter: f64,
+}
+
+/// The sampler's state: touched by the vCPU thread's callbacks and by atexit.
+struct State {
+    args: RdxArgs,
+    out: File,
+    rng: u64,
+    skip_left: u64,
+    started: bool,
+    since: Vec<u64>,
+    busy: Vec<bool>,
+    order: Vec<usize>,
+    watch: Vec<Watchpoint>,
+    traps_out: usize,
+    samples: u64,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+impl State {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Accesses to the next sample: uniform in `period x [1 - jitter, 1 + jitter]`.
+    fn gap(&mut self) -> u64 {
+        let p = self.args.period as f64;
+        let lo = p * (1.0 - self.args.jitter);
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        ((lo + u * 2.0 * p * self.args.jitter).round() as u64).max(1)
+    }
+
+    fn log(&mut self, line: &str) {
+        // One write per event: a program that dies keeps what was logged before.
+        let _ = self.out.write_all(line.as_bytes());
+    }
+
+    /// Logs the traps the handler queued, in order, and frees their registers.
+    fn drain_traps(&mut self) {
+        let n = TRAPS_IN.load(Ordering::Acquire);
+        while self.traps_out < n {
+            let v = TRAPS[self.traps_out % RING].load(Ordering::Acquire);
+            self.traps_out += 1;
+            let k = (v >> 56) as usize;
+            let time = v & ((1 << 56) - 1);
+            if k < self.busy.len() {
+                self.busy[k] = false;
+                self.since[k] = 0;
+            }
+            self.log(&format!("T {k} {time}\n"));
+        }
+    }
+
+    fn open_watchpoints(&mut self, addr: u64) -> Result<(), String> {
+        sys::install_trap_hook(on_trap)?;
+        for (k, fd) in WATCH_FDS.iter().enumerate().take(self.args.watch) {
+            let w = Watchpoint::open(addr & !7).map_err(|e| {
+                format!(
+                    "cannot set hardware watchpoint {k} through perf_event_open (PERF_TYPE_BREAKPOINT): {e}; live RDX needs the breakpoint PMU (see kernel.perf_event_paranoid)"
+                )
+            })?;
+            fd.store(w.fd(), Ordering::Release);
+            self.watch.push(w);
+        }
+        Ok(())
+    }
+
+    /// A sample: RDX's reservoir picks the register it goes to, if any.
+    fn sample(&mut self, ip: u64, addr: u64, now: u64) {
+        if self.watch.is_empty() {
+            if let Err(e) = self.open_watchpoints(addr) {
+                sys::outs(&e);
+                self.log(&format!("N error: {e}\n"));
+                STOPPED.store(true, Ordering::Release);
+                return;
+            }
+            self.log_maps();
+        }
+        self.drain_traps();
+        self.samples += 1;
+        let w = self.busy.len();
+        for k in 0..w {
+            if self.busy[k] {
+                self.since[k] += 1;
+            }
+        }
+        let chosen = match self.busy.iter().position(|b| !b) {
+            Some(k) => {
+                self.since[k] = 1;
+                Some(k)
+            }
+            None => {
+                // Visit the registers in random order; register k takes the sample with
+                // probability 1 / (samples since it was last empty).
+                for i in (1..w).rev() {
+                    let j = (self.next() % (i as u64 + 1)) as usize;
+                    self.order.swap(i, j);
+                }
+                let mut taken = None;
+                for idx in 0..w {
+                    let k = self.order[idx];
+                    if self.next() % self.since[k].max(1) == 0 {
+                        taken = Some(k);
+                        break;
+                    }
+                }
+                taken
+            }
+        };
+        let word = addr & !7;
+        if let Some(k) = chosen {
+            ARMED[k].store(true, Ordering::Release);
+            if !self.watch[k].arm(word, 8, MAGIC << 8 | k as u64) {
+                ARMED[k].store(false, Ordering::Release);
+                let e = std::io::Error::last_os_error();
+                self.log(&format!(
+                    "N error: cannot arm watchpoint {k} at {word:#x}: {e}\n"
+                ));
+                STOPPED.store(true, Ordering::Release);
+                return;
+            }
+            self.busy[k] = true;
+            self.log(&format!("S {ip:#x} {addr:#x} {now} {k}\n"));
+        } else {
+            self.log(&format!("S {ip:#x} {addr:#x} {now} -\n"));
+        }
+    }
+
+    fn log_maps(&mut self) {
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let mut lines = String::new();
+        for l in text.lines() {
+            lines.push_str("M ");
+            lines.push_str(l);
+            lines.push('\n');
+        }
+        self.log(&lines);
+    }
+}
+
+/// The SIGTRAP of a watchpoint (on the vCPU thread, right after the access that touched the
+/// word, before that access is counted): queue the trap with the time of the reuse.
+fn on_trap(data: u64) -> bool {
+    if data >> 8 != MAGIC {
+        return false;
+    }
+    let k = (data & 0xff) as usize;
+    if k >= MAX_WATCH {
+        return true;
+    }
+    let fd = WATCH_FDS[k].load(Ordering::Acquire);
+    if fd >= 0 {
+        sys::disarm_watchpoint(fd);
+    }
+    if !ARMED[k].swap(false, Ordering::AcqRel) || STOPPED.load(Ordering::Acquire) {
+        return true;
+    }
+    let now = TIME.load(Ordering::Acquire) + switch::uncredited();
+    let i = TRAPS_IN.load(Ordering::Acquire);
+    TRAPS[i % RING].store((k as u64) << 56 | now, Ordering::Release);
+    TRAPS_IN.store(i + 1, Ordering::Release);
+    true
+}
+
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Acquire)
+}
+
+pub fn stopped() -> bool {
+    STOPPED.load(Ordering::Acquire)
+}
+
+/// Sets live RDX up: the events file `out` gets a header line.
+pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
+    if args.watch == 0 || args.watch > MAX_WATCH {
+        return Err(format!(
+            "rdx_watch={}: give 1 to {MAX_WATCH} (x86 debug registers)",
+            args.watch
+        ));
+    }
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(out)
+        .map_err(|e| format!("cannot open events file {out}: {e}"))?;
+    let mut st = State {
+        args,
+        out: file,
+        rng: args.seed ^ 0x5eed,
+        skip_left: 0,
+        started: false,
+        since: vec![0; args.watch],
+        busy: vec![false; args.watch],
+        order: (0..args.watch).collect(),
+        watch: Vec::new(),
+        traps_out: 0,
+        samples: 0,
+    };
+    st.skip_left = st.gap();
+    st.log(&format!(
+        "H {} {} {} {}\n",
+        args.period, args.jitter, args.watch, args.seed
+    ));
+    *STATE
+        .lock()
+        .map_err(|_| "state lock poisoned".to_string())? = Some(st);
+    ACTIVE.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Every access while callbacks are in (one sample, then the accesses until the switch back
+/// to counting lands).
+pub extern "C" fn mem_cb(_vcpu: u32, _info: u32, addr: u64, udata: *mut std::ffi::c_void) {
+    let now = TIME.fetch_add(1, Ordering::AcqRel);
+    if STOPPED.load(Ordering::Acquire) {
+        return;
+    }
+    let Ok(mut guard) = STATE.lock() else {
+        return;
+    };
+    let Some(st) = guard.as_mut() else {
+        return;
+    };
+    if !st.started {
+        // The run begins in callbacks: count the first gap inline.
+        st.started = true;
+        switch::window_closed();
+    }
+    if st.skip_left > 0 {
+        st.skip_left -= 1;
+        return;
+    }
+    st.sample(udata as u64, addr, now);
+    st.skip_left = st.gap() - 1;
+    switch::window_closed();
+}
+
+/// Credits `n` accesses counted inline; returns the accesses left to the next sample.
+pub fn credit(n: u64) -> u64 {
+    TIME.fetch_add(n, Ordering::AcqRel);
+    match STATE.lock() {
+        Ok(mut g) => g.as_mut().map_or(0, |st| {
+            st.skip_left = st.skip_left.saturating_sub(n);
+            st.skip_left
+        }),
+        Err(_) => 0,
+    }
+}
+
+/// A second guest thread starts: stop sampling (the counter cannot tell threads apart).
+pub fn second_thread() {
+    if STOPPED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    for (k, armed) in ARMED.iter().enumerate() {
+        armed.store(false, Ordering::Release);
+        let fd = WATCH_FDS[k].load(Ordering::Acquire);
+        if fd >= 0 {
+            sys::disarm_watchpoint(fd);
+        }
+    }
+    let now = TIME.load(Ordering::Acquire) + switch::uncredited();
+    if let Ok(mut g) = STATE.lock() {
+        if let Some(st) = g.as_mut() {
+            st.drain_traps();
+            st.log(&format!(
+                "N a second thread started at access {now}: sampling stopped there (live RDX follows one thread; record the program with capture --full and run reuse --rdx for threads)\n"
+            ));
+        }
+    }
+}
+
+/// At exit (every vCPU stopped): log the traps left, the mappings and the access count.
+pub fn finish(_id: qemu_plugin_id_t) {
+    let now = TIME.load(Ordering::Acquire) + switch::uncredited();
+    if let Ok(mut g) = STATE.lock() {
+        if let Some(st) = g.as_mut() {
+            if !STOPPED.load(Ordering::Acquire) {
+                st.drain_traps();
+            }
+            st.log_maps();
+            st.log(&format!("E {now}\n"));
+        }
+    }
+}
