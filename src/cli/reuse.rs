@@ -71,7 +71,7 @@ pub struct ReuseArgs {
     #[arg(long = "decode-threads", value_parser = non_negative)]
     decode_threads: Option<usize>,
     /// A program to measure live: it runs under QEMU with an inline access counter, one
-    /// sample every PERIOD accesses (default 2^20) and the machine's debug registers as
+    /// sample every PERIOD accesses (default 2^22) and the machine's debug registers as
     /// watchpoints; no trace is written. One thread: sampling stops when a second starts.
     #[arg(trailing_var_arg = true, value_name = "PROGRAM")]
     program: Vec<String>,
@@ -96,6 +96,12 @@ impl ReuseArgs {
     }
 }
 
+/// The default period of a live run: each sample costs two retranslations of the program's
+/// hot code under QEMU (0.4-1.5 ms here), so samples must be rarer than over a trace to keep
+/// the run near bare QEMU's speed (scripts/bench-rdx-live.py: 1.06-1.3x at 2^22, 1.2-1.6x at
+/// 2^20).
+const LIVE_PERIOD: u64 = 1 << 22;
+
 /// Samples a trace-driven run aims for when no `--period` is given.
 const AUTO_SAMPLES: u64 = 1_000;
 
@@ -109,7 +115,7 @@ pub fn run(args: ReuseArgs) -> Result<i32> {
         (Some(p), _) => p as u64,
         (None, Some(trace)) => mgbench_capture::trace::read_end_info(trace)
             .map_or(1 << 16, |e| auto_period(e.recorded)),
-        (None, None) => 1 << 20,
+        (None, None) => LIVE_PERIOD,
     };
     let rdx = args.rdx_config(period);
     if let Err(e) = rdx.validate() {

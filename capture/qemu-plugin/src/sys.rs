@@ -139,46 +139,39 @@ extern "C" fn on_segv(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) 
     if hook(addr) {
         return;
     }
-    if old.sa_flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: an SA_SIGINFO handler has this signature; we call it exactly as the kernel
-        // would have, in the same signal context.
-        let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
-            unsafe { std::mem::transmute(old.sa_sigaction) };
-        f(sig, info, ctx);
-    } else if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
-        // Put the default back: the faulting instruction runs again and kills the process.
-        // SAFETY: plain sigaction call with a zeroed (default) action.
-        unsafe {
-            let mut dfl: libc::sigaction = std::mem::zeroed();
-            dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(sig, &dfl, std::ptr::null_mut());
-        }
-    } else {
-        // SAFETY: a plain handler has this signature.
-        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(old.sa_sigaction) };
-        f(sig);
-    }
+    chain(old, sig, info, ctx);
 }
 
 /// Puts `hook` in front of the current SIGSEGV handler (once; later calls do nothing). Call it
 /// after QEMU installed its own handlers, that is from a callback once guest code runs.
 pub fn install_fault_hook(hook: FaultHook) -> Result<(), String> {
-    if FAULT_HOOK.get().is_some() {
+    install_in_front(libc::SIGSEGV, &FAULT_HOOK, hook, on_segv)
+}
+
+/// Installs `handler` for `sig` in front of the current handler, which is kept with `hook` in
+/// `slot` for the handler to call on. Once per signal: later calls do nothing.
+fn install_in_front<H>(
+    sig: c_int,
+    slot: &std::sync::OnceLock<(H, libc::sigaction)>,
+    hook: H,
+    handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void),
+) -> Result<(), String> {
+    if slot.get().is_some() {
         return Ok(());
     }
     // SAFETY: sigaction with zero-initialised structs; the new handler has the SA_SIGINFO
     // signature and keeps the old handler's flags (alternate stack) and mask.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut old) != 0 {
+        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
             return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
         }
-        let _ = FAULT_HOOK.set((hook, old));
+        let _ = slot.set((hook, old));
         let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_segv as *const () as usize;
+        act.sa_sigaction = handler as *const () as usize;
         act.sa_flags = (old.sa_flags | libc::SA_SIGINFO) & !libc::SA_RESETHAND;
         act.sa_mask = old.sa_mask;
-        if libc::sigaction(libc::SIGSEGV, &act, std::ptr::null_mut()) != 0 {
+        if libc::sigaction(sig, &act, std::ptr::null_mut()) != 0 {
             return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
         }
     }
@@ -383,8 +376,9 @@ fn chain(old: &libc::sigaction, sig: c_int, info: *mut libc::siginfo_t, ctx: *mu
             unsafe { std::mem::transmute(old.sa_sigaction) };
         f(sig, info, ctx);
     } else if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
-        // SAFETY: plain sigaction call with a zeroed (default) action; re-raised so the
-        // default action happens.
+        // Take the default action: put it back and raise the signal again (a fault would
+        // recur when the instruction is retried, a trap would not).
+        // SAFETY: plain sigaction call with a zeroed (default) action, then raise.
         unsafe {
             let mut dfl: libc::sigaction = std::mem::zeroed();
             dfl.sa_sigaction = libc::SIG_DFL;
@@ -401,24 +395,5 @@ fn chain(old: &libc::sigaction, sig: c_int, info: *mut libc::siginfo_t, ctx: *mu
 /// Puts `hook` in front of the current SIGTRAP handler (once). Call it after QEMU installed
 /// its handlers (from a callback).
 pub fn install_trap_hook(hook: TrapHook) -> Result<(), String> {
-    if TRAP_HOOK.get().is_some() {
-        return Ok(());
-    }
-    // SAFETY: sigaction with zero-initialised structs; the new handler has the SA_SIGINFO
-    // signature and keeps the old handler's flags (alternate stack) and mask.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGTRAP, std::ptr::null(), &mut old) != 0 {
-            return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
-        }
-        let _ = TRAP_HOOK.set((hook, old));
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_trap as *const () as usize;
-        act.sa_flags = (old.sa_flags | libc::SA_SIGINFO) & !libc::SA_RESETHAND;
-        act.sa_mask = old.sa_mask;
-        if libc::sigaction(libc::SIGTRAP, &act, std::ptr::null_mut()) != 0 {
-            return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
-        }
-    }
-    Ok(())
+    install_in_front(libc::SIGTRAP, &TRAP_HOOK, hook, on_trap)
 }

@@ -299,12 +299,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         what: "waiting for qemu".into(),
         cause,
     })?;
-    use std::os::unix::process::ExitStatusExt;
-    let exit = match (status_code.code(), status_code.signal()) {
-        (Some(c), _) => ProgramExit::Code(c),
-        (None, Some(s)) => ProgramExit::Signal(s),
-        _ => ProgramExit::Code(-1),
-    };
+    let exit = program_exit(status_code);
 
     let mut end = EndInfo {
         exit_code: exit.code(),
@@ -382,6 +377,16 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         elapsed_s,
         warnings,
     })
+}
+
+/// How QEMU (so the program) ended.
+fn program_exit(status: std::process::ExitStatus) -> ProgramExit {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => ProgramExit::Code(c),
+        (None, Some(s)) => ProgramExit::Signal(s),
+        _ => ProgramExit::Code(-1),
+    }
 }
 
 /// The plugin's exit report.
@@ -507,12 +512,7 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         })?;
     let interrupted = guard.caught();
     drop(guard);
-    use std::os::unix::process::ExitStatusExt;
-    let exit = match (status.code(), status.signal()) {
-        (Some(c), _) => ProgramExit::Code(c),
-        (None, Some(s)) => ProgramExit::Signal(s),
-        _ => ProgramExit::Code(-1),
-    };
+    let exit = program_exit(status);
     let empty = std::fs::metadata(&events).map_or(true, |m| m.len() == 0);
     if empty && matches!(exit, ProgramExit::Code(_)) {
         return Err(CaptureError::PluginNotLoaded { plugin });
