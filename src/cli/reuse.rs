@@ -167,6 +167,12 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
     use mgbench_capture::backend::{signal_name, ProgramExit};
     let dir = tempfile_dir()?;
     let events = dir.join("rdx-events.txt");
+    let pmu = mgbench_capture::backend::pmu_address_sampling();
+    if let Some(p) = &pmu {
+        eprintln!(
+            "mgbench: this CPU has {p}: RDX could sample natively with it, but mgbench's native path is not built; measuring under QEMU"
+        );
+    }
     let run = rdx_live(&LiveRdxConfig {
         program: PathBuf::from(&args.program[0]),
         args: args.program[1..].iter().map(Into::into).collect(),
@@ -175,6 +181,12 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
         jitter: rdx.jitter,
         watchpoints: rdx.watchpoints,
         seed: rdx.seed,
+    })
+    .map_err(|e| match e {
+        mgbench_capture::backend::CaptureError::QemuMissing if pmu.is_none() => anyhow::anyhow!(
+            "live RDX needs qemu-x86_64 (not found: install qemu-user, or set MGBENCH_QEMU), and this machine has no PMU address sampling (no ibs_op or cpu/events/mem-loads under /sys/bus/event_source/devices) for a native run; record a trace instead: mgbench capture --backend ptrace --full -o reuse.mgbt -- PROGRAM, then mgbench reuse --rdx reuse.mgbt"
+        ),
+        e => e.into(),
     })?;
     let cfg = ReuseConfig {
         rdx,

@@ -210,6 +210,25 @@ fn reuse_bad_input_is_named() {
         &["reuse", "--rdx", "x.mgbt", "--", "./prog"],
         &["either --rdx TRACE or a program"],
     );
+    // Live without QEMU (and without a PMU, as here): both are named, and the way out.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgbench"))
+        .args(["reuse", "--", "/bin/true"])
+        .env("MGBENCH_QEMU", dir.join("no-qemu"))
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("qemu-x86_64") && e.contains("MGBENCH_QEMU"),
+        "{e}"
+    );
+    if mgbench_capture::backend::pmu_address_sampling().is_none() {
+        assert!(
+            e.contains("no PMU address sampling") && e.contains("reuse --rdx"),
+            "{e}"
+        );
+    }
     // A sampled trace cannot give time distances.
     let o = mgbench(
         &[

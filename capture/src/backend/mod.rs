@@ -254,3 +254,17 @@ pub(crate) fn finalize(path: &Path, end: &EndInfo) -> Result<u64, CaptureError> 
     w.write_end(end).map_err(out)?;
     Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
 }
+
+/// The CPU's memory-access sampling that native live RDX would use, as the kernel lists it:
+/// AMD IBS op (`ibs_op`) or Intel's PEBS load/store events (`cpu/events/mem-loads`); `None`
+/// when there is neither (virtual machines usually have no PMU at all).
+pub fn pmu_address_sampling() -> Option<String> {
+    let dir = Path::new("/sys/bus/event_source/devices");
+    [
+        ("ibs_op", "AMD IBS op"),
+        ("cpu/events/mem-loads", "Intel PEBS mem-loads"),
+    ]
+    .iter()
+    .find(|(p, _)| dir.join(p).exists())
+    .map(|(_, name)| name.to_string())
+}

@@ -45,6 +45,9 @@ pub fn sections(reports: &[(String, ReuseReport)], ids: &mut Ids) -> Vec<Section
                         "; accuracy S time {:.3}, stack {:.3} (S^ {:.3}), model alone {:.3}.",
                         a.time.s, a.stack.s, a.stack.s_hat, a.conversion.s
                     )),
+                    None if r.live => intro.push_str(
+                        "; no exact histograms (a live run: mgbench reuse --rdx on a full trace of the program gives them).",
+                    ),
                     None => intro.push_str("; no exact histograms (run without --no-exact)."),
                 }
             }
