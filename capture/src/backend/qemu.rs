@@ -274,13 +274,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
 
     let start = Instant::now();
     let guard = SignalGuard::install();
-    let mut command = Command::new(&qemu);
-    command
-        .arg("-plugin")
-        .arg(&arg)
-        .arg(&program.path)
-        .args(&cfg.args);
-    die_with_parent(&mut command);
+    let mut command = qemu_command(&qemu, &arg, &program.path, &cfg.args);
     if let Some(f) = &spill {
         inherit(&mut command, f);
     }
@@ -377,6 +371,23 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         elapsed_s,
         warnings,
     })
+}
+
+/// `qemu-x86_64 -plugin ARG PROGRAM ARGS`, dying with mgbench.
+fn qemu_command(
+    qemu: &Path,
+    plugin_arg: &str,
+    program: &Path,
+    args: &[std::ffi::OsString],
+) -> Command {
+    let mut command = Command::new(qemu);
+    command
+        .arg("-plugin")
+        .arg(plugin_arg)
+        .arg(program)
+        .args(args);
+    die_with_parent(&mut command);
+    command
 }
 
 /// How QEMU (so the program) ended.
@@ -496,14 +507,7 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
     command_line.extend(cfg.args.iter().map(|a| a.to_string_lossy().into_owned()));
     let start = Instant::now();
     let guard = SignalGuard::install();
-    let mut command = Command::new(&qemu);
-    command
-        .arg("-plugin")
-        .arg(&arg)
-        .arg(&program.path)
-        .args(&cfg.args);
-    die_with_parent(&mut command);
-    let status = command
+    let status = qemu_command(&qemu, &arg, &program.path, &cfg.args)
         .spawn()
         .and_then(|mut c| c.wait())
         .map_err(|cause| CaptureError::Spawn {
