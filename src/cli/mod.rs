@@ -10,6 +10,8 @@ mod report;
 mod reuse;
 mod synth;
 
+use std::path::PathBuf;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
@@ -85,6 +87,31 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Reuse(args) => reuse::run(*args),
         Command::Zoom(args) => affinity::run_zoom(*args),
         Command::Affinity(args) => affinity::run_affinity(*args),
+    }
+}
+
+/// A path in the temporary directory, removed on drop.
+pub(crate) struct TempFile {
+    pub(crate) path: PathBuf,
+}
+
+impl TempFile {
+    pub(crate) fn new(prefix: &str, ext: &str) -> TempFile {
+        let path = std::env::temp_dir().join(format!(
+            "{prefix}-{}-{}.{ext}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        TempFile { path }
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 

@@ -165,8 +165,8 @@ pub fn run(args: ReuseArgs) -> Result<i32> {
 fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
     use mgbench_capture::backend::qemu::{rdx_live, LiveRdxConfig};
     use mgbench_capture::backend::{signal_name, ProgramExit};
-    let dir = tempfile_dir()?;
-    let events = dir.join("rdx-events.txt");
+    // Removed on every way out, errors included.
+    let events = super::TempFile::new("mgbench-rdx-events", "txt");
     let pmu = mgbench_capture::backend::pmu_address_sampling();
     if let Some(p) = &pmu {
         eprintln!(
@@ -176,7 +176,7 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
     let run = rdx_live(&LiveRdxConfig {
         program: PathBuf::from(&args.program[0]),
         args: args.program[1..].iter().map(Into::into).collect(),
-        events: events.clone(),
+        events: events.path.clone(),
         period: rdx.period,
         jitter: rdx.jitter,
         watchpoints: rdx.watchpoints,
@@ -194,9 +194,7 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
         top_pairs: args.top,
         ..ReuseConfig::default()
     };
-    let report = reuse_live(&events, &run.command, &cfg);
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut report = report?;
+    let mut report = reuse_live(&events.path, &run.command, &cfg)?;
     let code = match run.exit {
         ProgramExit::Code(c) => c,
         ProgramExit::Signal(s) => {
@@ -223,20 +221,6 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
     ));
     emit(&report, args.format, args.output.as_ref())?;
     Ok(code)
-}
-
-/// A private directory for the run's events file.
-fn tempfile_dir() -> Result<PathBuf> {
-    let base = std::env::temp_dir();
-    for i in 0..100u32 {
-        let d = base.join(format!("mgbench-reuse-{}-{i}", std::process::id()));
-        match std::fs::create_dir(&d) {
-            Ok(()) => return Ok(d),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => bail!("cannot create a directory in {}: {e}", base.display()),
-        }
-    }
-    bail!("cannot create a directory in {}", base.display())
 }
 
 /// Prints the report and writes its JSON.

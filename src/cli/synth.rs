@@ -11,6 +11,7 @@ use mgbench_synth::{apex_entry, pattern_file, synthesize, SynthConfig, SynthRepo
 
 use super::progress::{Display, Style};
 use super::replay::non_negative;
+use super::TempFile;
 use mgbench_replay::results::write_atomically;
 
 #[derive(Debug, Args)]
@@ -362,29 +363,4 @@ pub fn profile(args: ProfileArgs) -> Result<i32> {
         );
     }
     Ok(status)
-}
-
-/// A path in the temporary directory, removed on drop.
-struct TempFile {
-    path: PathBuf,
-}
-
-impl TempFile {
-    fn new(prefix: &str, ext: &str) -> TempFile {
-        let path = std::env::temp_dir().join(format!(
-            "{prefix}-{}-{}.{ext}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        ));
-        TempFile { path }
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
 }
