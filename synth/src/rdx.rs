@@ -254,6 +254,12 @@ fn granularity_report(
     }
 }
 
+/// The note for a run with too few samples for a steady histogram.
+fn few_samples(samples: u64) -> Option<String> {
+    (samples < 100)
+        .then(|| format!("only {samples} samples: lower --period for a steadier histogram"))
+}
+
 /// Runs RDX over the full trace at `path`.
 pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> {
     cfg.rdx.validate().map_err(SynthError::Invalid)?;
@@ -340,12 +346,7 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
         granularity_report(Granularity::Word, &mut word_tracks, &word_time, accesses);
     let lines_report =
         granularity_report(Granularity::Line, &mut line_tracks, &line_time, accesses);
-    if words_report.samples < 100 {
-        notes.push(format!(
-            "only {} samples: lower --period for a steadier histogram",
-            words_report.samples
-        ));
-    }
+    notes.extend(few_samples(words_report.samples));
     // Instruction pairs, by the reuses they stand for.
     let mut sym = Symbolizer::new(mappings);
     let mut list: Vec<((u64, Option<u64>), PairStats)> = pairs.into_iter().collect();
@@ -489,12 +490,7 @@ pub fn reuse_live(
         exact: None,
     }];
     let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses);
-    if words.samples < 100 {
-        notes.push(format!(
-            "only {} samples: lower --period for a steadier histogram",
-            words.samples
-        ));
-    }
+    notes.extend(few_samples(words.samples));
     notes.push(
         "live: the reusing instruction is not known (the watchpoint fires in QEMU's generated code); cache lines need a trace (mgbench reuse --rdx)".into(),
     );

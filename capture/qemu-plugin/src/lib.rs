@@ -647,8 +647,8 @@ extern "C" fn rdx_vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
     }
 }
 
-extern "C" fn rdx_at_exit(id: qemu_plugin_id_t, _udata: *mut c_void) {
-    rdx::finish(id);
+extern "C" fn rdx_at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
+    rdx::finish();
 }
 
 fn register_rdx_callbacks(id: qemu_plugin_id_t) {

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Mutex;
 
 use crate::switch;
-use crate::sys::{self, qemu_plugin_id_t, Watchpoint};
+use crate::sys::{self, Watchpoint};
 
 /// Debug registers used at most (x86 has 4; perf may give fewer).
 pub const MAX_WATCH: usize = 4;
@@ -39,11 +39,12 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static STOPPED: AtomicBool = AtomicBool::new(false);
 /// Accesses counted outside the counter's uncredited part (callbacks, and credits).
 static TIME: AtomicU64 = AtomicU64::new(0);
-/// Registers armed now, and their perf descriptors (for the signal handler).
+/// Registers armed now (for the signal handler).
 static ARMED: [AtomicBool; MAX_WATCH] = [const { AtomicBool::new(false) }; MAX_WATCH];
 /// Traps not yet logged: `register << 56 | time`.
 static TRAPS: [AtomicU64; RING] = [const { AtomicU64::new(0) }; RING];
 static TRAPS_IN: AtomicUsize = AtomicUsize::new(0);
+/// The registers' perf descriptors (for the signal handler).
 static WATCH_FDS: [AtomicI32; MAX_WATCH] = [const { AtomicI32::new(-1) }; MAX_WATCH];
 
 /// How live RDX samples (plugin arguments `rdx=PERIOD,rdx_watch=W,rdx_seed=S,rdx_jitter=J`).
@@ -67,7 +68,6 @@ struct State {
     order: Vec<usize>,
     watch: Vec<Watchpoint>,
     traps_out: usize,
-    samples: u64,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -137,7 +137,6 @@ impl State {
             self.log_maps();
         }
         self.drain_traps();
-        self.samples += 1;
         let w = self.busy.len();
         for k in 0..w {
             if self.busy[k] {
@@ -253,7 +252,6 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
         order: (0..args.watch).collect(),
         watch: Vec::new(),
         traps_out: 0,
-        samples: 0,
     };
     st.skip_left = st.gap();
     st.log(&format!(
@@ -330,7 +328,7 @@ pub fn second_thread() {
 }
 
 /// At exit (every vCPU stopped): log the traps left, the mappings and the access count.
-pub fn finish(_id: qemu_plugin_id_t) {
+pub fn finish() {
     let now = TIME.load(Ordering::Acquire) + switch::uncredited();
     if let Ok(mut g) = STATE.lock() {
         if let Some(st) = g.as_mut() {

@@ -240,6 +240,13 @@ pub(crate) fn scan_counts(path: &Path) -> (u64, u64, u64, Option<String>) {
     (rec, skip, threads.len() as u64, damage)
 }
 
+/// The program's command line, as the trace header and reports show it.
+pub(crate) fn command_line(program: &Path, args: &[std::ffi::OsString]) -> Vec<String> {
+    std::iter::once(program.display().to_string())
+        .chain(args.iter().map(|a| a.to_string_lossy().into_owned()))
+        .collect()
+}
+
 /// Appends the end frame to a finished trace.
 pub(crate) fn finalize(path: &Path, end: &EndInfo) -> Result<u64, CaptureError> {
     let out = |cause| CaptureError::Output {

@@ -24,7 +24,9 @@ use super::program::resolve;
 use super::ptrace_sys::{self, XsaveLayout};
 use super::sys::SignalGuard;
 use super::x86::{self, Decoded, Registers};
-use super::{finalize, signal_name, CaptureConfig, CaptureError, CaptureReport, ProgramExit};
+use super::{
+    command_line, finalize, signal_name, CaptureConfig, CaptureError, CaptureReport, ProgramExit,
+};
 use crate::import::ChunkBuilder;
 use crate::symbols::ElfImage;
 use crate::trace::{EndInfo, Mapping, Mode, RoiMeta, TraceMeta, TraceWriter};
@@ -360,8 +362,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         }
         None => {
             let p = resolve(&cfg.program)?;
-            let mut command = vec![p.path.display().to_string()];
-            command.extend(cfg.args.iter().map(|a| a.to_string_lossy().into_owned()));
+            let command = command_line(&p.path, &cfg.args);
             (p.image, command, p.path)
         }
     };

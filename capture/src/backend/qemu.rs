@@ -11,7 +11,8 @@ use std::time::Instant;
 use super::program::{resolve, which};
 use super::sys::{die_with_parent, inherit, memory_file, SignalGuard};
 use super::{
-    finalize, scan_counts, signal_name, CaptureConfig, CaptureError, CaptureReport, ProgramExit,
+    command_line, finalize, scan_counts, signal_name, CaptureConfig, CaptureError, CaptureReport,
+    ProgramExit,
 };
 use crate::trace::{EndInfo, Mode, RoiMeta, TraceMeta, TraceWriter};
 
@@ -190,10 +191,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         }
     }
 
-    let mut command = vec![program.path.display().to_string()];
-    command.extend(cfg.args.iter().map(|a| a.to_string_lossy().into_owned()));
     let meta = TraceMeta {
-        command,
+        command: command_line(&program.path, &cfg.args),
         backend: "qemu".into(),
         mode: cfg.mode,
         start_time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
@@ -503,8 +502,6 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         cfg.seed,
         cfg.jitter
     );
-    let mut command_line = vec![program.path.display().to_string()];
-    command_line.extend(cfg.args.iter().map(|a| a.to_string_lossy().into_owned()));
     let start = Instant::now();
     let guard = SignalGuard::install();
     let status = qemu_command(&qemu, &arg, &program.path, &cfg.args)
@@ -522,7 +519,7 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         return Err(CaptureError::PluginNotLoaded { plugin });
     }
     Ok(LiveRdxRun {
-        command: command_line.join(" "),
+        command: command_line(&program.path, &cfg.args).join(" "),
         exit,
         interrupted,
         elapsed_s: start.elapsed().as_secs_f64(),
