@@ -338,11 +338,8 @@ mod tests {
     fn spill_image(committed: u64, slots: &[SlotSpec]) -> Vec<u8> {
         let mut img = vec![0u8; slot_offset(slots.len())];
         put(&mut img, 0, &MAGIC);
-        put(
-            &mut img,
-            offset_of!(SpillHeader, slots),
-            &(slots.len() as u32).to_le_bytes(),
-        );
+        let n = slots.len() as u32;
+        put(&mut img, offset_of!(SpillHeader, slots), &n.to_le_bytes());
         put(
             &mut img,
             offset_of!(SpillHeader, committed),
@@ -353,65 +350,69 @@ mod tests {
         img[DECODE_OFFSET + 0x10003] = encode_info(3, true);
         for (i, s) in slots.iter().enumerate() {
             let at = slot_offset(i);
-            let h = |f: usize| at + f;
-            put(
-                &mut img,
-                h(offset_of!(SlotHeader, state)),
-                &s.state.to_le_bytes(),
-            );
-            put(
-                &mut img,
-                h(offset_of!(SlotHeader, thread)),
-                &s.thread.to_le_bytes(),
-            );
-            put(
-                &mut img,
-                h(offset_of!(SlotHeader, seq)),
-                &s.seq.to_le_bytes(),
-            );
-            put(
-                &mut img,
-                h(offset_of!(SlotHeader, write_offset)),
-                &s.write_offset.to_le_bytes(),
-            );
-            put(
-                &mut img,
-                h(offset_of!(SlotHeader, len)),
-                &(s.accesses.len() as u32).to_le_bytes(),
-            );
-            put(
-                &mut img,
-                h(offset_of!(SlotHeader, samples)),
-                &(s.closed.len() as u32).to_le_bytes(),
-            );
-            if let Some((id, skipped)) = s.open {
-                put(
-                    &mut img,
-                    h(offset_of!(SlotHeader, open)),
-                    &1u32.to_le_bytes(),
-                );
-                put(
-                    &mut img,
-                    h(offset_of!(SlotHeader, open_id)),
-                    &id.to_le_bytes(),
-                );
-                put(
-                    &mut img,
-                    h(offset_of!(SlotHeader, open_skipped)),
-                    &skipped.to_le_bytes(),
-                );
+            let (open, (open_id, open_skipped)) = match s.open {
+                Some(o) => (1u32, o),
+                None => (0, (0, 0)),
+            };
+            let fields: [(usize, Vec<u8>); 9] = [
+                (offset_of!(SlotHeader, state), s.state.to_le_bytes().into()),
+                (
+                    offset_of!(SlotHeader, thread),
+                    s.thread.to_le_bytes().into(),
+                ),
+                (offset_of!(SlotHeader, seq), s.seq.to_le_bytes().into()),
+                (
+                    offset_of!(SlotHeader, write_offset),
+                    s.write_offset.to_le_bytes().into(),
+                ),
+                (
+                    offset_of!(SlotHeader, len),
+                    (s.accesses.len() as u32).to_le_bytes().into(),
+                ),
+                (
+                    offset_of!(SlotHeader, samples),
+                    (s.closed.len() as u32).to_le_bytes().into(),
+                ),
+                (offset_of!(SlotHeader, open), open.to_le_bytes().into()),
+                (
+                    offset_of!(SlotHeader, open_id),
+                    open_id.to_le_bytes().into(),
+                ),
+                (
+                    offset_of!(SlotHeader, open_skipped),
+                    open_skipped.to_le_bytes().into(),
+                ),
+            ];
+            for (f, bytes) in fields {
+                put(&mut img, at + f, &bytes);
             }
             for (k, r) in s.closed.iter().enumerate() {
                 let b = at + SAMPLES_OFFSET + k * size_of::<RawSample>();
-                put(&mut img, b, &r.id.to_le_bytes());
-                put(&mut img, b + 8, &r.skipped_before.to_le_bytes());
-                put(&mut img, b + 16, &r.len.to_le_bytes());
+                put(&mut img, b + offset_of!(RawSample, id), &r.id.to_le_bytes());
+                put(
+                    &mut img,
+                    b + offset_of!(RawSample, skipped_before),
+                    &r.skipped_before.to_le_bytes(),
+                );
+                put(
+                    &mut img,
+                    b + offset_of!(RawSample, len),
+                    &r.len.to_le_bytes(),
+                );
             }
             for (k, a) in s.accesses.iter().enumerate() {
                 let b = at + ACCESSES_OFFSET + k * size_of::<RawAccess>();
-                put(&mut img, b, &a.ip.to_le_bytes());
-                put(&mut img, b + 8, &a.addr.to_le_bytes());
-                put(&mut img, b + 16, &a.info.to_le_bytes());
+                put(&mut img, b + offset_of!(RawAccess, ip), &a.ip.to_le_bytes());
+                put(
+                    &mut img,
+                    b + offset_of!(RawAccess, addr),
+                    &a.addr.to_le_bytes(),
+                );
+                put(
+                    &mut img,
+                    b + offset_of!(RawAccess, info),
+                    &a.info.to_le_bytes(),
+                );
             }
         }
         img
