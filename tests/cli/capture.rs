@@ -1237,8 +1237,17 @@ fn auto_backend_says_which_and_why_and_falls_back_on_avx512() {
     let t = info("g.mgbt");
     assert!(t.contains("backend      ptrace, full"), "{t}");
     // AVX-512 only at run time (JIT): QEMU dies of SIGILL, auto captures again with ptrace.
+    // About 1.2 s natively: a timed window steps no longer than the program ran natively
+    // before it, so the first windows of a short run are cut and whole ones need that long.
     let o = mgbench(
-        &["capture", "--quiet", "-o", "j.mgbt", &app("jit512")],
+        &[
+            "capture",
+            "--quiet",
+            "-o",
+            "j.mgbt",
+            &app("jit512"),
+            "--reps=1000",
+        ],
         &dir,
     );
     assert!(o.status.success(), "{}", stderr(&o));
