@@ -21,6 +21,11 @@ point), triad (streaming, memory-bound), spmv-threads (2 threads), gups (random 
 a 2^24-element table: the trace-size case).
 
     python3 scripts/bench-capture.py [--reps 3] [--skip-build] [--scale 1.0]
+                                     [--modes ptrace] [--only gups,triad]
+
+--modes keeps native, bare qemu and the floor (the references) and only the capture modes
+whose names contain one of its words (e.g. `--modes ptrace` for a quick ptrace-only run at
+full scale); --only keeps the named workloads.
 
 Targets (issue #16): qemu sampled <= 1.5x bare qemu; qemu full <= 1.3x the floor and <= 10x
 native on memory-bound code (triad); full trace <= 4 bytes/access on gups. Each line says
@@ -64,6 +69,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--skip-build", action="store_true")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply workload sizes")
+    ap.add_argument("--modes", help="comma-separated words: capture modes to keep")
+    ap.add_argument("--only", help="comma-separated workload names (default: all)")
     args = ap.parse_args()
     if not args.skip_build:
         subprocess.run(["cargo", "build", "--release", "--workspace", "--quiet"], cwd=ROOT,
@@ -81,6 +88,12 @@ def main():
                             "--threads=2"),
         "gups": app("gups", "--log2size=24", f"--updates={int(16000000 * s)}"),
     }
+    if args.only:
+        only = set(args.only.split(","))
+        if only - set(workloads):
+            sys.exit(f"--only: unknown workload(s) {', '.join(sorted(only - set(workloads)))}; "
+                     f"known: {', '.join(workloads)}")
+        workloads = {k: v for k, v in workloads.items() if k in only}
     tmp = tempfile.mkdtemp(prefix="mgbench-capture-bench-")
     trace = os.path.join(tmp, "t.mgbt")
     cap = lambda *opts: (lambda prog: [MGBENCH, "capture", "--quiet", *opts, "-o", trace,
@@ -100,6 +113,10 @@ def main():
         modes["ptrace sampled"] = cap("--backend", "ptrace")
     else:
         print(f"# ptrace backend not measured: {probe.stderr.strip()}")
+    if args.modes:
+        words = args.modes.split(",")
+        refs = ("native", "bare qemu", "floor")
+        modes = {m: f for m, f in modes.items() if m in refs or any(w in m for w in words)}
     with open("/proc/loadavg") as f:
         print(f"# capture cost, {args.reps} reps interleaved, medians; "
               f"load {' '.join(f.read().split()[:3])}")

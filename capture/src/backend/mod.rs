@@ -60,8 +60,8 @@ pub const DEFAULT_TIMED_WINDOW: u64 = 1024;
 /// Fewer windows than this in a sampled capture get a warning: too few for sampled statistics.
 pub const FEW_WINDOWS: u64 = 100;
 /// ptrace samples by time: at least this long natively between windows (longer when a window
-/// took longer: the pause is at least twice the window's duration, keeping the slowdown
-/// under 2x).
+/// took longer: the pause is at least three times the window's duration, and a window steps
+/// at most half the native time before it, keeping the slowdown near 1.5x).
 pub const DEFAULT_INTERVAL_MS: u64 = 20;
 
 /// What to capture and how.

@@ -4,9 +4,11 @@
 //! Threads are seized (PTRACE_SEIZE) with PTRACE_O_TRACECLONE, so every thread is traced from
 //! its first instruction. In full mode every instruction is stepped (tens of thousands of
 //! instructions per second). In timed mode each thread records `window` accesses by stepping,
-//! then runs natively until the next window; the pause lasts at least twice as long as the
-//! window took, which keeps the slowdown under 2x, and windows begin when the tracer
-//! interrupts the threads (PTRACE_INTERRUPT). `--pid` seizes a running process and detaches on Ctrl-C.
+//! then runs natively until the next window; the pause lasts at least three times as long as
+//! the window took and a window steps at most half as long as the pause before it, which keeps
+//! the slowdown near 1.5x. Windows begin when the tracer interrupts a thread whose pause is
+//! over (PTRACE_INTERRUPT); the tracer blocks in waitpid and a timer wakes it. `--pid` seizes
+//! a running process and detaches on Ctrl-C.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -22,7 +24,7 @@ use nix::unistd::Pid;
 
 use super::program::resolve;
 use super::ptrace_sys::{self, XsaveLayout};
-use super::sys::SignalGuard;
+use super::sys::{SignalGuard, WakeTimer};
 use super::x86::{self, Decoded, Registers};
 use super::{
     command_line, finalize, signal_name, CaptureConfig, CaptureError, CaptureReport, ProgramExit,
@@ -107,15 +109,21 @@ impl Registers for Snapshot<'_> {
     }
 }
 
+/// The longest the tracer waits without looking at its signals and deadlines.
+const WAKE_TICK: Duration = Duration::from_millis(50);
+
 #[derive(Debug)]
 struct ThreadState {
     id: u32,
     native: bool,
     window_left: u64,
     window_started: Instant,
-    /// How long the thread ran natively before this window: the window steps no longer
-    /// (timed mode), so stepping never takes more time than native running.
+    /// Half as long as the thread ran natively before this window: the window steps no
+    /// longer (timed mode), so stepping takes at most half the native running time.
     budget: Duration,
+    /// When the thread last went native, and when its pause ends (timed mode).
+    native_since: Instant,
+    due: Option<Instant>,
     roi_depth: u64,
 }
 
@@ -140,7 +148,6 @@ struct Tracer {
     known_maps: Vec<(u64, u64)>,
     window: u64,
     interval: Duration,
-    deadline: Option<Instant>,
     roi: Roi,
     roi_link: Vec<(u64, u64)>,
     roi_ranges: Option<Vec<(u64, u64)>>,
@@ -185,7 +192,9 @@ impl Tracer {
                 native: false,
                 window_left: self.window,
                 window_started: Instant::now(),
-                budget: self.interval,
+                budget: self.interval / 2,
+                native_since: Instant::now(),
+                due: None,
                 roi_depth: 0,
             },
         );
@@ -289,17 +298,18 @@ impl Tracer {
         if self.roi == Roi::Inclusive && in_roi && decoded.as_ref().is_some_and(is_ret) {
             t.roi_depth = t.roi_depth.saturating_sub(1);
         }
-        // A window steps no longer than the thread ran natively before it. Single steps cost
-        // tens of microseconds here, and a window in code with few accesses takes thousands
-        // (triad's initialisation loop: 14k steps for 1024 accesses, 1.2 s of a 0.15 s
-        // program). The pauses double with the windows' durations, so after a few windows
-        // they are long enough for whole windows.
+        // A window steps no longer than half the time the thread ran natively before it.
+        // Single steps cost tens of microseconds here, and a window in code with few accesses
+        // takes thousands (triad's initialisation loop: 14k steps for 1024 accesses, 1.2 s of
+        // a 0.15 s program). The pauses grow with the windows' durations (3x), so after a few
+        // windows they are long enough for whole windows.
         let timed = self.window != u64::MAX && self.roi == Roi::None;
         let overdue = timed && t.window_started.elapsed() >= t.budget;
         if t.window_left == 0 || (overdue && t.window_left < self.window) {
-            // Window complete: run natively until the next one. The pause is at least twice
-            // as long as the window took, so stepping costs at most a third of the run and
-            // the slowdown stays under about 1.5x plus the interrupt round trip.
+            // Window complete: run natively until the next one. The pause is at least three
+            // times as long as the window took and the next window steps at most half of it,
+            // so stepping costs at most a third of the run (1.5x plus the interrupt round
+            // trip).
             let took = t.window_started.elapsed();
             self.go_native(tid, took);
         } else {
@@ -308,37 +318,45 @@ impl Tracer {
         Ok(())
     }
 
-    /// Lets a thread run natively until the next window (after max(interval, 2 x took)).
+    /// Lets a thread run natively until the next window (after max(interval, 3 x took)).
     fn go_native(&mut self, tid: Pid, took: Duration) {
-        let pause = self.interval.max(2 * took);
+        let pause = self.interval.max(3 * took);
         if let Some(t) = self.threads.get_mut(&tid) {
             t.native = true;
-            t.budget = pause;
+            t.native_since = Instant::now();
+            t.due = Some(t.native_since + pause);
         }
-        let due = Instant::now() + pause;
-        self.deadline = Some(self.deadline.map_or(due, |d| d.min(due)));
         let _ = ptrace::cont(tid, None);
+    }
+
+    /// The earliest end of a native thread's pause.
+    fn deadline(&self) -> Option<Instant> {
+        self.threads.values().filter_map(|t| t.due).min()
     }
 
     /// Starts a new window on a thread that stopped after running natively.
     fn begin_window(&mut self, tid: Pid) -> Result<(), CaptureError> {
         if let Some(t) = self.threads.get_mut(&tid) {
             t.native = false;
+            t.due = None;
             t.window_left = self.window;
             t.window_started = Instant::now();
+            t.budget = t.native_since.elapsed() / 2;
             let id = t.id;
             self.builder.start_sample(id, None, 0);
         }
         self.step(tid)
     }
 
-    fn interrupt_native(&mut self) {
-        for (tid, t) in &self.threads {
-            if t.native {
+    /// Interrupts the native threads whose pause is over; each begins a window when it stops.
+    fn interrupt_due(&mut self) {
+        let now = Instant::now();
+        for (tid, t) in &mut self.threads {
+            if t.native && t.due.is_some_and(|d| d <= now) {
+                t.due = None;
                 let _ = ptrace::interrupt(*tid);
             }
         }
-        self.deadline = None;
     }
 }
 
@@ -453,7 +471,6 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         known_maps: Vec::new(),
         window,
         interval,
-        deadline: None,
         roi: match (cfg.roi.is_empty(), cfg.roi_inclusive) {
             (true, _) => Roi::None,
             (false, true) => Roi::Inclusive,
@@ -482,6 +499,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         tr.add_thread(leader);
     }
 
+    let mut timer = WakeTimer::new()
+        .map_err(|e| CaptureError::Invalid(format!("ptrace backend: timer_create: {e}")))?;
     let mut detaching = false;
     let mut exit = ProgramExit::Detached;
     loop {
@@ -499,14 +518,19 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         if tr.threads.is_empty() {
             break;
         }
-        let any_native = tr.threads.values().any(|t| t.native);
-        let flags = WaitPidFlag::__WALL
-            | if any_native {
-                WaitPidFlag::WNOHANG
-            } else {
-                WaitPidFlag::empty()
-            };
-        let status = match waitpid(None::<Pid>, Some(flags)) {
+        // Wait (blocking) for the next stop; the timer wakes the wait when a native thread's
+        // pause ends, and at least every WAKE_TICK so that a signal to mgbench is seen.
+        let now = Instant::now();
+        let due = tr.deadline();
+        if due.is_some_and(|d| d <= now) {
+            tr.interrupt_due();
+            continue;
+        }
+        let wake = due.map_or(now + WAKE_TICK, |d| d.min(now + WAKE_TICK));
+        if timer.armed().is_none_or(|a| a <= now || a > wake) {
+            timer.wake_at(wake);
+        }
+        let status = match waitpid(None::<Pid>, Some(WaitPidFlag::__WALL)) {
             Ok(s) => s,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(nix::errno::Errno::ECHILD) if attached => {
@@ -517,13 +541,6 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             Err(e) => return Err(CaptureError::Invalid(format!("waitpid: {e}"))),
         };
         match status {
-            WaitStatus::StillAlive => {
-                if tr.deadline.is_some_and(|d| Instant::now() >= d) {
-                    tr.interrupt_native();
-                } else {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
             WaitStatus::Stopped(tid, sig) if detaching => {
                 let pass = (sig != Signal::SIGTRAP && sig != Signal::SIGSTOP).then_some(sig);
                 let _ = ptrace::detach(tid, pass);
@@ -597,6 +614,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             _ => {}
         }
     }
+    drop(timer);
     let interrupted = guard.caught();
     drop(guard);
     let elapsed_s = start.elapsed().as_secs_f64();

@@ -136,3 +136,114 @@ pub fn inherit(command: &mut std::process::Command, file: &std::fs::File) {
         });
     }
 }
+
+extern "C" fn on_wake(_sig: libc::c_int) {}
+
+/// A timer that interrupts the calling thread's blocking system calls (they fail with EINTR)
+/// at a chosen time: the ptrace backend waits for its threads in a blocking `waitpid` and is
+/// woken when a native thread's pause ends. After the first expiry it fires every millisecond
+/// until re-armed, so a wake-up that lands just before the wait is repeated, never lost.
+///
+/// Its signal (SIGALRM) gets a handler that does nothing, installed once and left in place:
+/// timers of several threads may live at once, and a restored default action would let a
+/// late expiry kill mgbench. Programs mgbench starts get the default back at exec.
+pub struct WakeTimer {
+    id: libc::timer_t,
+    armed: Option<std::time::Instant>,
+}
+
+impl WakeTimer {
+    pub fn new() -> std::io::Result<WakeTimer> {
+        static HANDLER: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
+        let installed = HANDLER.get_or_init(|| {
+            // SAFETY: sigaction is plain data; zeroed is a valid starting value.
+            let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+            act.sa_sigaction = on_wake as extern "C" fn(libc::c_int) as *const () as usize;
+            // No SA_RESTART: the point is that waitpid returns EINTR.
+            act.sa_flags = 0;
+            // SAFETY: sa_mask is a valid sigset_t inside `act`.
+            unsafe { libc::sigemptyset(&mut act.sa_mask) };
+            // SAFETY: a valid signal number and an initialised struct; the handler does
+            // nothing.
+            if unsafe { libc::sigaction(libc::SIGALRM, &act, std::ptr::null_mut()) } != 0 {
+                return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+            }
+            Ok(())
+        });
+        if let Err(e) = installed {
+            return Err(std::io::Error::from_raw_os_error(*e));
+        }
+        // SAFETY: sigevent is plain data; zeroed is a valid starting value.
+        let mut ev: libc::sigevent = unsafe { std::mem::zeroed() };
+        ev.sigev_notify = libc::SIGEV_THREAD_ID;
+        ev.sigev_signo = libc::SIGALRM;
+        // SAFETY: gettid has no preconditions.
+        ev.sigev_notify_thread_id = unsafe { libc::gettid() };
+        let mut id: libc::timer_t = std::ptr::null_mut();
+        // SAFETY: valid pointers; the timer signals this thread and is deleted on drop.
+        if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(WakeTimer { id, armed: None })
+    }
+
+    /// Wakes the thread at `at`, then every millisecond until armed again.
+    pub fn wake_at(&mut self, at: std::time::Instant) {
+        self.armed = Some(at);
+        let ts = |d: std::time::Duration| libc::timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        };
+        let spec = libc::itimerspec {
+            // A zero value would disarm: fire at least a nanosecond from now.
+            it_value: ts(at
+                .saturating_duration_since(std::time::Instant::now())
+                .max(std::time::Duration::from_nanos(1))),
+            it_interval: ts(std::time::Duration::from_millis(1)),
+        };
+        // SAFETY: a timer created in new() and a valid itimerspec.
+        unsafe { libc::timer_settime(self.id, 0, &spec, std::ptr::null_mut()) };
+    }
+
+    /// When the timer was last armed to fire.
+    pub fn armed(&self) -> Option<std::time::Instant> {
+        self.armed
+    }
+}
+
+impl Drop for WakeTimer {
+    fn drop(&mut self) {
+        // SAFETY: the timer created in new(), deleted once.
+        unsafe { libc::timer_delete(self.id) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// The timer interrupts a blocking waitpid (EINTR) while the child is still running, and
+    /// keeps firing after its first expiry until armed again.
+    #[test]
+    fn wake_timer_interrupts_a_blocking_wait() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .unwrap();
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let mut timer = WakeTimer::new().unwrap();
+        let at = Instant::now() + Duration::from_millis(20);
+        timer.wake_at(at);
+        assert_eq!(timer.armed(), Some(at));
+        for _ in 0..3 {
+            let r = nix::sys::wait::waitpid(pid, None);
+            assert_eq!(r, Err(nix::errno::Errno::EINTR));
+        }
+        assert!(Instant::now() >= at);
+        assert!(child.try_wait().unwrap().is_none(), "the child still runs");
+        drop(timer);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
