@@ -17,6 +17,9 @@ error (MAPE) of sampled against full:
 
     python3 scripts/capture-fidelity.py [--window W --period P | --configs W/P,W/P...]
                                         [--scale 1.0] [--only spmv,gups] [--skip-build]
+                                        [--seed N]
+
+--seed is the capture's --sample-seed (where each thread's first window starts).
 
 Defaults: the capture defaults. Full traces of ~300 million accesses take a few hundred MB
 each on disk (removed after each program) and the whole table some minutes.
@@ -82,6 +85,7 @@ def main():
                     help="multiply each program's repetitions (its length)")
     ap.add_argument("--only", help="comma-separated program names (default: all)")
     ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--seed", type=int, default=0, help="capture --sample-seed")
     args = ap.parse_args()
     try:
         configs = ([tuple(int(x) for x in c.split("/")) for c in args.configs.split(",")]
@@ -119,7 +123,8 @@ def main():
         fs = shares(full)
         for window, period in configs:
             run([MGBENCH, "capture", "--quiet", "--backend", "qemu",
-                 f"--sample-window={window}", f"--sample-period={period}", "-o", samp_t,
+                 f"--sample-window={window}", f"--sample-period={period}",
+                 f"--sample-seed={args.seed}", "-o", samp_t,
                  "--", *prog])
             samp = analyze(samp_t)
             info = json.loads(run([MGBENCH, "trace", "info", "-f", "json", samp_t]))

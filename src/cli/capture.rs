@@ -50,6 +50,10 @@ pub struct CaptureArgs {
     /// P - W long; below, by callbacks, exactly P - W, at 2-3x the cost).
     #[arg(long, value_name = "P", value_parser = non_negative)]
     sample_period: Option<usize>,
+    /// Sampled qemu capture: each thread's first window starts at a random point of its
+    /// first period (so that start-up is not over-sampled); the seed picks that point.
+    #[arg(long, value_name = "N", default_value_t = 0, conflicts_with = "full")]
+    sample_seed: u64,
     /// ptrace backend: milliseconds of native execution between windows (default 20; longer
     /// when a window took longer, keeping the slowdown near 2x).
     #[arg(long, value_name = "MS", value_parser = non_negative, conflicts_with = "full")]
@@ -168,6 +172,7 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
         pid: args.pid,
         progress: Default::default(),
         notes: why.iter().map(|w| auto_note(kind, w)).collect(),
+        sample_seed: args.sample_seed,
     };
     match &why {
         Some(w) => eprintln!("mgbench: backend {} (auto: {w})", kind.name()),
@@ -217,10 +222,12 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
     for w in &report.warnings {
         eprintln!("mgbench: warning: {w}");
     }
-    if let (Mode::Sampled { window, .. }, ProgramExit::Code(_)) = (cfg.mode, report.exit) {
+    if let (Mode::Sampled { window, period }, ProgramExit::Code(_)) = (cfg.mode, report.exit) {
         let windows = report.recorded.div_ceil(window);
         let all = report.recorded + report.skipped;
-        if windows < FEW_WINDOWS && report.interrupted.is_none() {
+        if windows == 0 && all > 0 && report.interrupted.is_none() {
+            eprintln!("mgbench: warning: no sample window: the program made {all} accesses, fewer than where its first window began (each thread's first window starts at a random point of its first --sample-period, here {period}); --full records all of them, or a shorter --sample-period (or another --sample-seed) gives windows");
+        } else if windows < FEW_WINDOWS && report.interrupted.is_none() {
             eprintln!("mgbench: warning: only {windows} sample window(s): too few for sampled statistics (footprint, reuse and function shares came within 25% of a full trace from about 200 windows on); --full records all {all} accesses of this run (about {} MB), or a shorter --sample-period gives more windows (e.g. 16384, at 2-3x the capture time)", (all as f64 * 1.5 / 1e6).ceil());
         }
     }

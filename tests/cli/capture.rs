@@ -207,7 +207,11 @@ fn sampled_traces_hold_the_configured_windows_and_skips() {
         .map(|(_, &v)| v)
         .collect();
     assert!(main.len() > 100, "{} samples", main.len());
-    assert_eq!(main[0].0, 0, "the first sample starts at the first access");
+    assert!(
+        main[0].0 <= 900,
+        "the first sample starts within the first period: after {} accesses",
+        main[0].0
+    );
     for (k, &(skip, len)) in main.iter().enumerate() {
         if k + 1 < main.len() {
             assert_eq!(len, 100, "sample {k} length");

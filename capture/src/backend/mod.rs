@@ -82,6 +82,9 @@ pub struct CaptureConfig {
     pub progress: crate::progress::Progress,
     /// Added to the trace header's notes (e.g. why `--backend auto` chose this backend).
     pub notes: Vec<String>,
+    /// Sampled qemu capture: picks where each thread's first window starts (a random point
+    /// of its first period, the same for the same seed).
+    pub sample_seed: u64,
 }
 
 /// How the traced program ended.

@@ -246,7 +246,10 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         ));
     }
     if let Mode::Sampled { window, period } = cfg.mode {
-        arg.push_str(&format!(",window={window},period={period}"));
+        arg.push_str(&format!(
+            ",window={window},period={period},seed={}",
+            cfg.sample_seed
+        ));
     }
     if !roi_ranges.is_empty() {
         for (s, e) in &roi_ranges {

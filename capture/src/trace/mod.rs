@@ -127,7 +127,8 @@ impl Mapping {
 pub enum Mode {
     /// Every access.
     Full,
-    /// `window` accesses recorded at the start of every `period` accesses (per thread).
+    /// `window` accesses recorded every `period` accesses (per thread); a qemu capture starts
+    /// each thread's first window at a random point of its first period.
     Sampled { window: u64, period: u64 },
     /// Windows of `window` accesses every `interval_ms` of native execution (ptrace); the
     /// accesses in between are not counted, so skipped counts are unknown (recorded as 0).
