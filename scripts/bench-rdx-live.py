@@ -77,7 +77,8 @@ def main():
     modes = {"bare qemu": lambda prog: [qemu, *prog], "counter": counter}
     for p in periods:
         modes[f"live {p}"] = (lambda p: lambda prog: [
-            MGBENCH, "reuse", "--quiet", "--period", str(p), "-o", report(p), "--", *prog])(p)
+            MGBENCH, "reuse", "--quiet", "--backend", "qemu", "--period", str(p), "-o", report(p),
+            "--", *prog])(p)
     with open("/proc/loadavg") as f:
         print(f"# live RDX cost, {args.reps} reps interleaved, medians; "
               f"load {' '.join(f.read().split()[:3])}")

@@ -492,7 +492,7 @@ pub fn reuse_live(
     let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses);
     notes.extend(few_samples(words.samples));
     notes.push(
-        "live: the reusing instruction is not known (the watchpoint fires in QEMU's generated code); cache lines need a trace (mgbench reuse --rdx)".into(),
+        "live: the reusing instruction is not recorded (under QEMU the watchpoint fires in generated code); cache lines need a trace (mgbench reuse --rdx)".into(),
     );
     let mut sym = Symbolizer::new(mgbench_capture::trace::Mapping::parse_proc_maps(&maps));
     let mut list: Vec<((u64, bool), PairStats)> = pairs.into_iter().collect();

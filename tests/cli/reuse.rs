@@ -276,11 +276,18 @@ fn reuse_bad_input_is_named() {
     );
 }
 
-/// Runs `mgbench reuse` live on `args` and returns its JSON report.
+/// Runs `mgbench reuse` live under QEMU on `args` and returns its JSON report.
 fn live_json(dir: &Path, period: &str, args: &[&str]) -> serde_json::Value {
+    live_json_on(dir, "qemu", period, args)
+}
+
+/// Runs `mgbench reuse --backend BACKEND` live on `args` and returns its JSON report.
+fn live_json_on(dir: &Path, backend: &str, period: &str, args: &[&str]) -> serde_json::Value {
     let mut a = vec![
         "reuse",
         "--quiet",
+        "--backend",
+        backend,
         "--period",
         period,
         "-o",
@@ -376,4 +383,72 @@ fn live_rdx_stops_sampling_at_a_second_thread_and_the_program_runs_on() {
     );
     let notes = v["notes"].to_string();
     assert!(notes.contains("second thread"), "{notes}");
+}
+
+/// The native path (the library preloaded into the program, as RDX runs) with the page-fault
+/// software event standing in for the PMU, which this machine lacks: the sampler's signal,
+/// its ring buffer, watchpoints armed from the handler, their traps, the events file and the
+/// report all run for real. Each sampled fault's address is touched again right away (the
+/// faulting instruction is retried), so nearly every sample traps.
+#[test]
+fn native_live_rdx_runs_its_sampler_and_watchpoints_in_the_program() {
+    let dir = temp_dir("reuse-native");
+    let gups = app("gups");
+    // A 32 MiB table: 8192 first touches, one page fault each.
+    let v = live_json_on(
+        &dir,
+        "page-faults",
+        "64",
+        &[&gups, "--log2size=22", "--updates=100000"],
+    );
+    assert_eq!(v["live"], true);
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains("self-test") && notes.contains("main thread only"),
+        "{notes}"
+    );
+    let faults = v["accesses"].as_u64().unwrap();
+    assert!(faults >= 8192, "{faults} page faults counted");
+    let (samples, traps) = (
+        v["words"]["samples"].as_u64().unwrap(),
+        v["words"]["traps"].as_u64().unwrap(),
+    );
+    assert!(
+        samples >= 60 && samples <= faults / 32,
+        "{samples} samples of {faults} faults at period 64"
+    );
+    assert!(
+        traps * 10 >= samples * 9,
+        "{traps} traps of {samples} samples"
+    );
+    let pair = &v["pairs"][0];
+    assert!(
+        pair["use_source"].as_str().unwrap_or("").contains("gups.c"),
+        "{pair}"
+    );
+    // Without a PMU, asking for it is an error that says what to do.
+    if mgbench_capture::backend::pmu_address_sampling().is_none() {
+        let o = mgbench(&["reuse", "--backend", "pmu", "--", &gups], &dir);
+        assert!(!o.status.success());
+        let e = stderr(&o);
+        assert!(e.contains("no PMU") && e.contains("--backend qemu"), "{e}");
+    }
+    // A statically linked program ignores LD_PRELOAD: named, with the way out.
+    std::fs::write(dir.join("s.c"), "int main(void) { return 0; }\n").unwrap();
+    let cc = std::process::Command::new("cc")
+        .args(["-static", "-o", "static-prog", "s.c"])
+        .current_dir(&dir)
+        .status()
+        .unwrap();
+    assert!(cc.success(), "cc -static");
+    let o = mgbench(
+        &["reuse", "--backend", "page-faults", "--", "./static-prog"],
+        &dir,
+    );
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("static-prog") && e.contains("LD_PRELOAD") && e.contains("--backend qemu"),
+        "{e}"
+    );
 }

@@ -24,6 +24,7 @@
 //! inclusive mode counts calls into the ranges (entry executions minus `ret` executions inside
 //! them) and records while that depth is positive, so callees count.
 
+mod native;
 mod rdx;
 mod slots;
 mod switch;
@@ -1021,6 +1022,10 @@ pub unsafe extern "C" fn qemu_plugin_install(
     argc: c_int,
     argv: *const *const c_char,
 ) -> c_int {
+    if let Err(e) = sys::load_api() {
+        sys::outs(&e);
+        return 1;
+    }
     // SAFETY: QEMU passes a valid info block for the duration of the call.
     if let Some(info) = unsafe { info.as_ref() } {
         if info.system_emulation {

@@ -90,9 +90,14 @@ impl State {
         ((lo + u * 2.0 * p * self.args.jitter).round() as u64).max(1)
     }
 
-    fn log(&mut self, line: &str) {
+    /// Writes one event line. No allocation: the native path logs from signal handlers.
+    fn log(&mut self, args: std::fmt::Arguments) {
+        let mut buf = [0u8; 512];
+        let mut c = std::io::Cursor::new(&mut buf[..]);
+        let _ = c.write_fmt(args);
+        let n = c.position() as usize;
         // One write per event: a program that dies keeps what was logged before.
-        let _ = self.out.write_all(line.as_bytes());
+        let _ = self.out.write_all(&buf[..n]);
     }
 
     /// Logs the traps the handler queued, in order, and frees their registers.
@@ -107,7 +112,7 @@ impl State {
                 self.busy[k] = false;
                 self.since[k] = 0;
             }
-            self.log(&format!("T {k} {time}\n"));
+            self.log(format_args!("T {k} {time}\n"));
         }
     }
 
@@ -130,7 +135,7 @@ impl State {
         if self.watch.is_empty() {
             if let Err(e) = self.open_watchpoints(addr) {
                 sys::outs(&e);
-                self.log(&format!("N error: {e}\n"));
+                self.log(format_args!("N error: {e}\n"));
                 STOPPED.store(true, Ordering::Release);
                 return;
             }
@@ -172,19 +177,20 @@ impl State {
             if !self.watch[k].arm(word, 8, MAGIC << 8 | k as u64) {
                 ARMED[k].store(false, Ordering::Release);
                 let e = std::io::Error::last_os_error();
-                self.log(&format!(
+                self.log(format_args!(
                     "N error: cannot arm watchpoint {k} at {word:#x}: {e}\n"
                 ));
                 STOPPED.store(true, Ordering::Release);
                 return;
             }
             self.busy[k] = true;
-            self.log(&format!("S {ip:#x} {addr:#x} {now} {k}\n"));
+            self.log(format_args!("S {ip:#x} {addr:#x} {now} {k}\n"));
         } else {
-            self.log(&format!("S {ip:#x} {addr:#x} {now} -\n"));
+            self.log(format_args!("S {ip:#x} {addr:#x} {now} -\n"));
         }
     }
 
+    /// Logs the mappings (allocates: not from a signal handler).
     fn log_maps(&mut self) {
         let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
         let mut lines = String::new();
@@ -193,7 +199,7 @@ impl State {
             lines.push_str(l);
             lines.push('\n');
         }
-        self.log(&lines);
+        let _ = self.out.write_all(lines.as_bytes());
     }
 }
 
@@ -214,11 +220,77 @@ fn on_trap(data: u64) -> bool {
     if !ARMED[k].swap(false, Ordering::AcqRel) || STOPPED.load(Ordering::Acquire) {
         return true;
     }
-    let now = TIME.load(Ordering::Acquire) + switch::uncredited();
+    let now = now();
     let i = TRAPS_IN.load(Ordering::Acquire);
     TRAPS[i % RING].store((k as u64) << 56 | now, Ordering::Release);
     TRAPS_IN.store(i + 1, Ordering::Release);
     true
+}
+
+/// The access counter of the native path (a perf descriptor), or -1 under QEMU.
+static NATIVE_COUNTER: AtomicI32 = AtomicI32::new(-1);
+
+/// Accesses so far: QEMU's counter and callbacks, or natively the PMU's counter.
+/// Async-signal-safe.
+fn now() -> u64 {
+    match NATIVE_COUNTER.load(Ordering::Acquire) {
+        fd if fd >= 0 => sys::counter_value(fd),
+        _ => TIME.load(Ordering::Acquire) + switch::uncredited(),
+    }
+}
+
+/// The native path: `fd` counts the accesses from now on.
+pub fn use_native_counter(fd: i32) {
+    NATIVE_COUNTER.store(fd, Ordering::Release);
+}
+
+/// Native path: a sample the PMU took (in its signal handler). Returns the accesses to the
+/// next sample (RDX's jittered period), or None when sampling has stopped.
+pub fn native_sample(ip: u64, addr: u64) -> Option<u64> {
+    if STOPPED.load(Ordering::Acquire) {
+        return None;
+    }
+    let now = now();
+    // try_lock: the handler never waits; the lock is only held by the same thread outside
+    // handlers after the sampler's signal was blocked (exit), so it is free here.
+    let Ok(mut guard) = STATE.try_lock() else {
+        return None;
+    };
+    let st = guard.as_mut()?;
+    st.sample(ip, addr, now);
+    Some(st.gap())
+}
+
+/// Native path: opens the watchpoints on the calling thread (from the library's
+/// constructor, outside any handler) and logs the mappings.
+pub fn native_start(any_addr: u64, note: &str) -> Result<(), String> {
+    let mut g = STATE
+        .lock()
+        .map_err(|_| "state lock poisoned".to_string())?;
+    let st = g.as_mut().ok_or("live RDX is not set up")?;
+    st.open_watchpoints(any_addr)?;
+    st.log(format_args!("N {note}\n"));
+    st.log_maps();
+    Ok(())
+}
+
+/// Native path: the first sample's distance (RDX's jittered period).
+pub fn native_first_gap() -> u64 {
+    STATE
+        .lock()
+        .ok()
+        .and_then(|mut g| g.as_mut().map(|st| st.gap()))
+        .unwrap_or(1)
+}
+
+/// Stops sampling after an error (logged as a note).
+pub fn native_stop(why: &str) {
+    STOPPED.store(true, Ordering::Release);
+    if let Ok(mut g) = STATE.lock() {
+        if let Some(st) = g.as_mut() {
+            st.log(format_args!("N error: {why}\n"));
+        }
+    }
 }
 
 pub fn active() -> bool {
@@ -254,7 +326,7 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
         traps_out: 0,
     };
     st.skip_left = st.gap();
-    st.log(&format!(
+    st.log(format_args!(
         "H {} {} {} {}\n",
         args.period, args.jitter, args.watch, args.seed
     ));
@@ -316,11 +388,11 @@ pub fn second_thread() {
             sys::disarm_watchpoint(fd);
         }
     }
-    let now = TIME.load(Ordering::Acquire) + switch::uncredited();
+    let now = now();
     if let Ok(mut g) = STATE.lock() {
         if let Some(st) = g.as_mut() {
             st.drain_traps();
-            st.log(&format!(
+            st.log(format_args!(
                 "N a second thread started at access {now}: sampling stopped there (live RDX follows one thread; record the program with capture --full and run reuse --rdx for threads)\n"
             ));
         }
@@ -329,14 +401,14 @@ pub fn second_thread() {
 
 /// At exit (every vCPU stopped): log the traps left, the mappings and the access count.
 pub fn finish() {
-    let now = TIME.load(Ordering::Acquire) + switch::uncredited();
+    let now = now();
     if let Ok(mut g) = STATE.lock() {
         if let Some(st) = g.as_mut() {
             if !STOPPED.load(Ordering::Acquire) {
                 st.drain_traps();
             }
             st.log_maps();
-            st.log(&format!("E {now}\n"));
+            st.log(format_args!("E {now}\n"));
         }
     }
 }

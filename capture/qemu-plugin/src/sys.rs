@@ -5,6 +5,7 @@
 #![allow(non_camel_case_types)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::atomic::Ordering;
 
 pub type qemu_plugin_id_t = u64;
 pub type qemu_plugin_meminfo_t = u32;
@@ -48,26 +49,77 @@ pub type simple_cb = extern "C" fn(qemu_plugin_id_t);
 /// `enum qemu_plugin_op`
 pub const QEMU_PLUGIN_INLINE_ADD_U64: c_int = 0;
 
-extern "C" {
-    pub fn qemu_plugin_register_vcpu_tb_trans_cb(id: qemu_plugin_id_t, cb: tb_trans_cb);
-    pub fn qemu_plugin_register_vcpu_init_cb(id: qemu_plugin_id_t, cb: vcpu_simple_cb);
-    pub fn qemu_plugin_register_vcpu_exit_cb(id: qemu_plugin_id_t, cb: vcpu_simple_cb);
-    pub fn qemu_plugin_register_vcpu_syscall_ret_cb(id: qemu_plugin_id_t, cb: vcpu_syscall_ret_cb);
-    pub fn qemu_plugin_register_atexit_cb(id: qemu_plugin_id_t, cb: udata_cb, udata: *mut c_void);
-    pub fn qemu_plugin_tb_n_insns(tb: *const qemu_plugin_tb) -> usize;
-    pub fn qemu_plugin_tb_vaddr(tb: *const qemu_plugin_tb) -> u64;
-    pub fn qemu_plugin_tb_get_insn(tb: *const qemu_plugin_tb, idx: usize) -> *mut qemu_plugin_insn;
-    pub fn qemu_plugin_insn_vaddr(insn: *const qemu_plugin_insn) -> u64;
-    pub fn qemu_plugin_insn_data(insn: *const qemu_plugin_insn) -> *const c_void;
-    pub fn qemu_plugin_insn_size(insn: *const qemu_plugin_insn) -> usize;
-    pub fn qemu_plugin_register_vcpu_mem_cb(
+/// Declares QEMU's plugin API functions. They are looked up in the running QEMU with dlsym
+/// when the plugin is installed ([`load_api`]) rather than linked: the same library is also
+/// preloaded into native programs (live RDX without QEMU, see `native`), where these symbols
+/// do not exist and a linked reference would stop the program from loading.
+macro_rules! qemu_api {
+    ($( $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?; )*) => {
+        struct Api {
+            $( $name: unsafe extern "C" fn($($ty),*) $(-> $ret)?, )*
+        }
+
+        static API: std::sync::OnceLock<Api> = std::sync::OnceLock::new();
+
+        /// Looks QEMU's plugin API up in the running QEMU (QEMU exports it to plugins).
+        pub fn load_api() -> Result<(), String> {
+            if API.get().is_some() {
+                return Ok(());
+            }
+            let api = Api {
+                $( $name: {
+                    let name = concat!(stringify!($name), "\0");
+                    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+                    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
+                    if p.is_null() {
+                        return Err(format!(
+                            "this QEMU does not export {} (mgbench needs QEMU 7.2's plugin API)",
+                            stringify!($name)
+                        ));
+                    }
+                    // SAFETY: the symbol is QEMU's function with this signature (plugin API
+                    // version 1, as in QEMU 7.2's qemu-plugin.h).
+                    unsafe {
+                        std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) $(-> $ret)?>(p)
+                    }
+                }, )*
+            };
+            let _ = API.set(api);
+            Ok(())
+        }
+
+        $(
+            $(#[$m])*
+            /// # Safety
+            /// QEMU's contract for this function; only after [`load_api`] succeeded.
+            pub unsafe fn $name($($arg: $ty),*) $(-> $ret)? {
+                let api = API.get().expect("QEMU's plugin API is loaded at install");
+                (api.$name)($($arg),*)
+            }
+        )*
+    };
+}
+
+qemu_api! {
+    fn qemu_plugin_register_vcpu_tb_trans_cb(id: qemu_plugin_id_t, cb: tb_trans_cb);
+    fn qemu_plugin_register_vcpu_init_cb(id: qemu_plugin_id_t, cb: vcpu_simple_cb);
+    fn qemu_plugin_register_vcpu_exit_cb(id: qemu_plugin_id_t, cb: vcpu_simple_cb);
+    fn qemu_plugin_register_vcpu_syscall_ret_cb(id: qemu_plugin_id_t, cb: vcpu_syscall_ret_cb);
+    fn qemu_plugin_register_atexit_cb(id: qemu_plugin_id_t, cb: udata_cb, udata: *mut c_void);
+    fn qemu_plugin_tb_n_insns(tb: *const qemu_plugin_tb) -> usize;
+    fn qemu_plugin_tb_vaddr(tb: *const qemu_plugin_tb) -> u64;
+    fn qemu_plugin_tb_get_insn(tb: *const qemu_plugin_tb, idx: usize) -> *mut qemu_plugin_insn;
+    fn qemu_plugin_insn_vaddr(insn: *const qemu_plugin_insn) -> u64;
+    fn qemu_plugin_insn_data(insn: *const qemu_plugin_insn) -> *const c_void;
+    fn qemu_plugin_insn_size(insn: *const qemu_plugin_insn) -> usize;
+    fn qemu_plugin_register_vcpu_mem_cb(
         insn: *mut qemu_plugin_insn,
         cb: vcpu_mem_cb,
         flags: c_int,
         rw: c_int,
         udata: *mut c_void,
     );
-    pub fn qemu_plugin_register_vcpu_insn_exec_cb(
+    fn qemu_plugin_register_vcpu_insn_exec_cb(
         insn: *mut qemu_plugin_insn,
         cb: vcpu_udata_cb,
         flags: c_int,
@@ -75,7 +127,7 @@ extern "C" {
     );
     /// Adds `imm` to the u64 at `ptr` on each access, in generated code (no call). The
     /// address is the same for every vCPU and the add is not atomic.
-    pub fn qemu_plugin_register_vcpu_mem_inline(
+    fn qemu_plugin_register_vcpu_mem_inline(
         insn: *mut qemu_plugin_insn,
         rw: c_int,
         op: c_int,
@@ -84,9 +136,9 @@ extern "C" {
     );
     /// Unregisters every callback of the plugin, flushes all translations, then calls `cb`
     /// (asynchronously, with every vCPU stopped). Must be called from a vCPU thread.
-    pub fn qemu_plugin_reset(id: qemu_plugin_id_t, cb: simple_cb);
-    pub fn qemu_plugin_mem_size_shift(info: qemu_plugin_meminfo_t) -> c_uint;
-    pub fn qemu_plugin_mem_is_store(info: qemu_plugin_meminfo_t) -> bool;
+    fn qemu_plugin_reset(id: qemu_plugin_id_t, cb: simple_cb);
+    fn qemu_plugin_mem_size_shift(info: qemu_plugin_meminfo_t) -> c_uint;
+    fn qemu_plugin_mem_is_store(info: qemu_plugin_meminfo_t) -> bool;
 }
 
 /// Prints a message on stderr. (`qemu_plugin_outs` goes to QEMU's log, which is silent
@@ -396,4 +448,282 @@ fn chain(old: &libc::sigaction, sig: c_int, info: *mut libc::siginfo_t, ctx: *mu
 /// its handlers (from a callback).
 pub fn install_trap_hook(hook: TrapHook) -> Result<(), String> {
     install_in_front(libc::SIGTRAP, &TRAP_HOOK, hook, on_trap)
+}
+
+// ---- Native live RDX (preloaded into the program, no QEMU): PMU sampling through perf ----
+
+const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
+const FLAG_PRECISE_IP_SHIFT: u64 = 15;
+const PERF_SAMPLE_IP: u64 = 1 << 0;
+const PERF_SAMPLE_ADDR: u64 = 1 << 3;
+const PERF_RECORD_SAMPLE: u32 = 9;
+const F_SETSIG: c_int = 10;
+const F_SETOWN_EX: c_int = 15;
+const F_OWNER_TID: c_int = 0;
+/// Data pages of a sampler's ring buffer (a power of two).
+const RING_PAGES: usize = 8;
+const PAGE: usize = 4096;
+
+/// A perf event: its `type` and `config` (perf_event_open(2)), and the `precise_ip` level
+/// address sampling needs (PEBS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    pub kind: u32,
+    pub config: u64,
+    pub precise_ip: u64,
+}
+
+fn open_event(attr: &PerfEventAttr) -> std::io::Result<c_int> {
+    // SAFETY: a valid attr of the size it declares; pid 0 and cpu -1: the calling thread on
+    // any CPU; no group.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr as *const PerfEventAttr,
+            0,
+            -1,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd as c_int)
+}
+
+/// Reads a counting perf event's value. Async-signal-safe.
+fn read_count(fd: c_int) -> u64 {
+    let mut v = 0u64;
+    // SAFETY: reads 8 bytes into a u64 we own.
+    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    if n == 8 {
+        v
+    } else {
+        0
+    }
+}
+
+/// A counting perf event on the calling thread (the access counter of native RDX).
+pub struct PerfCounter {
+    fd: c_int,
+}
+
+impl PerfCounter {
+    pub fn open(spec: EventSpec) -> std::io::Result<PerfCounter> {
+        let attr = PerfEventAttr {
+            kind: spec.kind,
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            config: spec.config,
+            flags: FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV,
+            ..PerfEventAttr::default()
+        };
+        Ok(PerfCounter {
+            fd: open_event(&attr)?,
+        })
+    }
+
+    pub fn fd(&self) -> c_int {
+        self.fd
+    }
+}
+
+impl Drop for PerfCounter {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+/// Reads the perf counter whose descriptor is `fd`. Async-signal-safe.
+pub fn counter_value(fd: c_int) -> u64 {
+    read_count(fd)
+}
+
+/// A sampling perf event on the calling thread: every `period` events the kernel writes the
+/// instruction and data addresses to a ring buffer and sends `signal` to this thread.
+pub struct PerfSampler {
+    fd: c_int,
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is only read and its tail written by the thread the signal goes to (in
+// its handler) and, at exit, by the same thread after the event is disabled.
+unsafe impl Send for PerfSampler {}
+
+impl PerfSampler {
+    pub fn open(spec: EventSpec, period: u64, signal: c_int) -> std::io::Result<PerfSampler> {
+        let attr = PerfEventAttr {
+            kind: spec.kind,
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            config: spec.config,
+            sample_period: period.max(1),
+            sample_type: PERF_SAMPLE_IP | PERF_SAMPLE_ADDR,
+            flags: FLAG_DISABLED
+                | FLAG_EXCLUDE_KERNEL
+                | FLAG_EXCLUDE_HV
+                | FLAG_REMOVE_ON_EXEC
+                | (spec.precise_ip & 3) << FLAG_PRECISE_IP_SHIFT,
+            wakeup_events: 1,
+            ..PerfEventAttr::default()
+        };
+        let fd = open_event(&attr)?;
+        let len = (1 + RING_PAGES) * PAGE;
+        // SAFETY: maps the event's ring buffer (header page + data pages), shared with the
+        // kernel; fcntl calls on our own descriptor route its wake-ups to this thread.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if base == libc::MAP_FAILED {
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                return Err(e);
+            }
+            let owner: [c_int; 2] = [F_OWNER_TID, libc::gettid()];
+            if libc::fcntl(fd, libc::F_SETFL, libc::O_ASYNC) != 0
+                || libc::fcntl(fd, F_SETSIG, signal) != 0
+                || libc::fcntl(fd, F_SETOWN_EX, owner.as_ptr()) != 0
+            {
+                let e = std::io::Error::last_os_error();
+                libc::munmap(base, len);
+                libc::close(fd);
+                return Err(e);
+            }
+            Ok(PerfSampler {
+                fd,
+                base: base.cast(),
+                len,
+            })
+        }
+    }
+
+    pub fn fd(&self) -> c_int {
+        self.fd
+    }
+
+    pub fn enable(&self) -> bool {
+        // SAFETY: an ioctl on our own perf descriptor.
+        unsafe { libc::ioctl(self.fd, PERF_EVENT_IOC_ENABLE, 0) == 0 }
+    }
+
+    pub fn disable(&self) {
+        // SAFETY: an ioctl on our own perf descriptor.
+        unsafe { libc::ioctl(self.fd, PERF_EVENT_IOC_DISABLE, 0) };
+    }
+
+    /// Events to the next sample. Async-signal-safe.
+    pub fn set_period(&self, period: u64) -> bool {
+        let p = period.max(1);
+        // SAFETY: an ioctl on our own perf descriptor with a pointer to a u64.
+        unsafe { libc::ioctl(self.fd, PERF_EVENT_IOC_PERIOD, &p as *const u64) == 0 }
+    }
+
+    /// Hands every sample in the ring buffer (instruction address, data address) to `f` and
+    /// frees its space. Async-signal-safe (no allocation).
+    pub fn drain(&self, mut f: impl FnMut(u64, u64)) {
+        let size = RING_PAGES * PAGE;
+        // SAFETY: data_head (offset 1024) and data_tail (1032) of the mmap header page; the
+        // kernel writes head and we write tail, as perf_event_open(2) describes.
+        let (head_p, tail_p) = unsafe {
+            (
+                &*(self.base.add(1024) as *const std::sync::atomic::AtomicU64),
+                &*(self.base.add(1032) as *const std::sync::atomic::AtomicU64),
+            )
+        };
+        let head = head_p.load(Ordering::Acquire);
+        let mut tail = tail_p.load(Ordering::Relaxed);
+        // SAFETY: the data area follows the header page.
+        let data = unsafe { self.base.add(PAGE) };
+        let read = |at: u64, out: &mut [u8]| {
+            for (i, b) in out.iter_mut().enumerate() {
+                // SAFETY: inside the data area (offset taken modulo its size).
+                *b = unsafe { *data.add((at as usize + i) % size) };
+            }
+        };
+        while tail + 8 <= head {
+            let mut h = [0u8; 8];
+            read(tail, &mut h);
+            let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
+            let len = u16::from_ne_bytes([h[6], h[7]]) as u64;
+            if len < 8 || tail + len > head {
+                break;
+            }
+            if kind == PERF_RECORD_SAMPLE && len >= 24 {
+                let mut body = [0u8; 16];
+                read(tail + 8, &mut body);
+                let ip = u64::from_ne_bytes(body[..8].try_into().unwrap_or([0; 8]));
+                let addr = u64::from_ne_bytes(body[8..].try_into().unwrap_or([0; 8]));
+                f(ip, addr);
+            }
+            tail += len;
+        }
+        tail_p.store(tail, Ordering::Release);
+    }
+}
+
+impl Drop for PerfSampler {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping and descriptor, released once.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// A handler for `sig` whose siginfo names the descriptor that raised it (F_SETSIG).
+pub type FdSignalHook = fn(c_int) -> bool;
+
+static SAMPLE_HOOK: std::sync::OnceLock<(FdSignalHook, libc::sigaction)> =
+    std::sync::OnceLock::new();
+static SAMPLE_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn on_sample_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    let Some((hook, old)) = SAMPLE_HOOK.get() else {
+        return;
+    };
+    // SAFETY: the kernel passes a valid siginfo; for an F_SETSIG signal the _sigpoll member
+    // holds si_band (a long at byte 16 of the x86-64 layout) and si_fd (an int at 24).
+    let fd = unsafe { std::ptr::read_unaligned(info.cast::<u8>().add(24).cast::<c_int>()) };
+    if hook(fd) {
+        return;
+    }
+    chain(old, sig, info, ctx);
+}
+
+/// Puts `hook` in front of the handler of `sig` (once): the perf sampler's overflow signal.
+/// Other uses of the signal (the program's own) go to the handler installed before.
+pub fn install_sample_hook(sig: c_int, hook: FdSignalHook) -> Result<(), String> {
+    SAMPLE_SIGNAL.store(sig, Ordering::Release);
+    install_in_front(sig, &SAMPLE_HOOK, hook, on_sample_signal)
+}
+
+/// Blocks the sampler's signal in the calling thread (before the state it touches is taken
+/// at exit).
+pub fn block_sample_signal() {
+    let sig = SAMPLE_SIGNAL.load(Ordering::Acquire);
+    if sig == 0 {
+        return;
+    }
+    // SAFETY: a sigset we own, filled by sigemptyset/sigaddset, then pthread_sigmask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// The running process's id.
+pub fn pid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
 }

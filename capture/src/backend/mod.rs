@@ -155,6 +155,8 @@ pub enum CaptureError {
     PluginMissing { looked: String },
     #[error("QEMU did not load mgbench's plugin ({plugin}); see QEMU's message above")]
     PluginNotLoaded { plugin: PathBuf },
+    #[error("native live RDX did not start in {}: {why}", .program.display())]
+    NativeRdxNotStarted { program: PathBuf, why: String },
     #[error("cannot write trace {}: {cause}", .path.display())]
     Output {
         path: PathBuf,
@@ -265,16 +267,9 @@ pub(crate) fn finalize(path: &Path, end: &EndInfo) -> Result<u64, CaptureError> 
     Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
 }
 
-/// The CPU's memory-access sampling that native live RDX would use, as the kernel lists it:
+/// The CPU's memory-access sampling that native live RDX uses, as the kernel lists it:
 /// AMD IBS op (`ibs_op`) or Intel's PEBS load/store events (`cpu/events/mem-loads`); `None`
 /// when there is neither (virtual machines usually have no PMU at all).
 pub fn pmu_address_sampling() -> Option<String> {
-    let dir = Path::new("/sys/bus/event_source/devices");
-    [
-        ("ibs_op", "AMD IBS op"),
-        ("cpu/events/mem-loads", "Intel PEBS mem-loads"),
-    ]
-    .iter()
-    .find(|(p, _)| dir.join(p).exists())
-    .map(|(_, name)| name.to_string())
+    qemu::NativeSampler::detect().map(|s| s.describe().to_string())
 }

@@ -375,6 +375,124 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     })
 }
 
+/// Where native live RDX takes its samples (the plugin's `native` module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NativeSampler {
+    /// Intel PEBS (MEM_INST_RETIRED.ANY), as RDX.
+    Pebs,
+    /// AMD IBS op, with ls_dispatch as the access counter.
+    Ibs,
+    /// The kernel's page-fault software event: times in page faults, not accesses. It runs
+    /// every part of the native path on a machine without a PMU (a self-test).
+    PageFaults,
+}
+
+impl NativeSampler {
+    /// The name the library takes (`sampler=`).
+    pub fn name(self) -> &'static str {
+        match self {
+            NativeSampler::Pebs => "pebs",
+            NativeSampler::Ibs => "ibs",
+            NativeSampler::PageFaults => "page-faults",
+        }
+    }
+
+    /// What it is, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            NativeSampler::Pebs => "Intel PEBS mem-loads",
+            NativeSampler::Ibs => "AMD IBS op",
+            NativeSampler::PageFaults => "the page-fault software event",
+        }
+    }
+
+    /// The PMU sampler this machine has, if any (IBS op or PEBS mem-loads in sysfs).
+    pub fn detect() -> Option<NativeSampler> {
+        let dir = Path::new("/sys/bus/event_source/devices");
+        if dir.join("ibs_op").exists() {
+            Some(NativeSampler::Ibs)
+        } else if dir.join("cpu/events/mem-loads").exists() {
+            Some(NativeSampler::Pebs)
+        } else {
+            None
+        }
+    }
+}
+
+/// Runs the program natively with mgbench's library preloaded (`LD_PRELOAD`), which samples
+/// with the PMU (or the page-fault event), arms perf breakpoints on the sampled words and
+/// writes the same events file as [`rdx_live`]. Only the main thread is sampled.
+pub fn rdx_native(cfg: &LiveRdxConfig, sampler: NativeSampler) -> Result<LiveRdxRun, CaptureError> {
+    let program = resolve(&cfg.program)?;
+    let library = find_plugin()?;
+    let events = absolute(&cfg.events);
+    std::fs::write(&events, b"").map_err(|cause| CaptureError::Output {
+        path: events.clone(),
+        cause,
+    })?;
+    // The events path goes last: it may hold commas.
+    let setting = format!(
+        "period={},watch={},seed={},jitter={},sampler={},events={}",
+        cfg.period,
+        cfg.watchpoints,
+        cfg.seed,
+        cfg.jitter,
+        sampler.name(),
+        events.display()
+    );
+    let preload = match std::env::var_os("LD_PRELOAD") {
+        Some(old) if !old.is_empty() => {
+            let mut v = library.clone().into_os_string();
+            v.push(":");
+            v.push(old);
+            v
+        }
+        _ => library.clone().into_os_string(),
+    };
+    let mut command = Command::new(&program.path);
+    command
+        .args(&cfg.args)
+        .env("LD_PRELOAD", preload)
+        .env("MGBENCH_RDX_NATIVE", setting);
+    die_with_parent(&mut command);
+    let start = Instant::now();
+    let guard = SignalGuard::install();
+    let status = command
+        .spawn()
+        .and_then(|mut c| c.wait())
+        .map_err(|cause| CaptureError::Spawn {
+            what: program.path.display().to_string(),
+            cause,
+        })?;
+    let interrupted = guard.caught();
+    drop(guard);
+    let exit = program_exit(status);
+    let text = std::fs::read_to_string(&events).unwrap_or_default();
+    if text.is_empty() {
+        return Err(CaptureError::NativeRdxNotStarted {
+            program: program.path,
+            why: format!(
+                "the library ({}) was not loaded: a statically linked or setuid program ignores LD_PRELOAD; measure it under QEMU (--backend qemu)",
+                library.display()
+            ),
+        });
+    }
+    if let Some(e) = text.lines().find_map(|l| l.strip_prefix("N error: ")) {
+        if !text.lines().any(|l| l.starts_with("S ")) {
+            return Err(CaptureError::NativeRdxNotStarted {
+                program: program.path,
+                why: e.to_string(),
+            });
+        }
+    }
+    Ok(LiveRdxRun {
+        command: command_line(&program.path, &cfg.args).join(" "),
+        exit,
+        interrupted,
+        elapsed_s: start.elapsed().as_secs_f64(),
+    })
+}
+
 /// `qemu-x86_64 -plugin ARG PROGRAM ARGS`, dying with mgbench.
 fn qemu_command(
     qemu: &Path,
