@@ -146,13 +146,7 @@ impl Config {
                 "rdx" => rdx.period = num(k, v)?,
                 "rdx_watch" => rdx.watch = num(k, v)? as usize,
                 "rdx_seed" => rdx.seed = num(k, v)?,
-                "rdx_jitter" => {
-                    rdx.jitter = v
-                        .parse()
-                        .ok()
-                        .filter(|j| (0.0..1.0).contains(j))
-                        .ok_or_else(|| format!("rdx_jitter={v}: give a fraction in [0, 1)"))?
-                }
+                "rdx_jitter" => rdx.jitter = rdx::parse_jitter(k, v)?,
                 "exe_base" => c.exe_base = num(k, v)?,
                 "level" => {
                     c.level = v

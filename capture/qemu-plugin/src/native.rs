@@ -145,13 +145,7 @@ impl NativeConfig {
                 "period" => args.period = num(k, v)?,
                 "watch" => args.watch = num(k, v)? as usize,
                 "seed" => args.seed = num(k, v)?,
-                "jitter" => {
-                    args.jitter = v
-                        .parse()
-                        .ok()
-                        .filter(|j| (0.0..1.0).contains(j))
-                        .ok_or_else(|| format!("jitter={v}: give a fraction in [0, 1)"))?
-                }
+                "jitter" => args.jitter = rdx::parse_jitter(k, v)?,
                 "sampler" => sampler = Some(SamplerKind::parse(v)?),
                 _ => return Err(format!("{ENV}: unknown setting {k:?}")),
             }

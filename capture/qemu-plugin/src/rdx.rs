@@ -56,6 +56,14 @@ pub struct RdxArgs {
     pub jitter: f64,
 }
 
+/// A sample-gap jitter setting (`key=v`): a fraction in [0, 1).
+pub fn parse_jitter(key: &str, v: &str) -> Result<f64, String> {
+    v.parse()
+        .ok()
+        .filter(|j| (0.0..1.0).contains(j))
+        .ok_or_else(|| format!("{key}={v}: give a fraction in [0, 1)"))
+}
+
 /// The sampler's state: touched by the vCPU thread's callbacks and by atexit.
 struct State {
     args: RdxArgs,
