@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Capture cost: every capture mode next to its references, measured in one run.
 
-For each workload (scripts/apps, built here) and each configuration, --reps interleaved runs;
-medians are compared as ratios:
+For each workload (scripts/apps, built here) and each configuration, --reps interleaved runs,
+each repetition with another memory layout (scripts/benchlib.py: the environment's size
+alone moved bare QEMU by 30% here); medians are compared as ratios:
 
   native            the program alone
   bare qemu         qemu-x86_64 PROGRAM, no plugin (TCG's own cost)
@@ -38,21 +39,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import layout_env, timed  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
 PLUGIN = os.path.join(ROOT, "target", "release", "libmgbench_qemu_plugin.so")
 APPS = os.path.join(ROOT, "scripts", "apps", "build")
 
-
-def timed(cmd):
-    t = time.perf_counter()
-    res = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    dt = time.perf_counter() - t
-    if res.returncode != 0:
-        sys.exit(f"failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr}")
-    return dt
 
 
 def trace_info(trace):
@@ -131,9 +126,10 @@ def main():
     for name, prog in workloads.items():
         times = {m: [] for m in modes}
         sizes = {}
-        for _ in range(args.reps):
+        for rep in range(args.reps):
+            env = layout_env(rep)
             for m, make in modes.items():
-                times[m].append(timed(make(prog)))
+                times[m].append(timed(make(prog), env))
                 if m.startswith(("qemu", "ptrace")):
                     sizes[m] = trace_info(trace)
                     # A full trace is gigabytes of dirty page cache: drop it and let the
