@@ -86,6 +86,7 @@ impl Drop for Display {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(p) = self.poller.take() {
+            p.thread().unpark();
             let _ = p.join();
         }
         self.bar.finish_and_clear();
@@ -122,6 +123,7 @@ fn poll(bar: &ProgressBar, stop: &AtomicBool, progress: &Progress, style: Style)
             }
         }
         bar.tick();
-        std::thread::sleep(Duration::from_millis(100));
+        // Woken early when the display is dropped, so that the command does not wait.
+        std::thread::park_timeout(Duration::from_millis(100));
     }
 }

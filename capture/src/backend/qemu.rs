@@ -557,7 +557,9 @@ impl ProgressWatcher {
                         progress.set_items(word(t));
                     }
                 }
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                // Woken early when dropped: a sleep here kept every capture waiting up to
+                // 100 ms after the program ended.
+                std::thread::park_timeout(std::time::Duration::from_millis(100));
             }
         });
         ProgressWatcher {
@@ -571,6 +573,7 @@ impl Drop for ProgressWatcher {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }
