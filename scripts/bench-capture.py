@@ -41,7 +41,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import layout_env, timed  # noqa: E402
+from benchlib import layout_env, select, timed  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
@@ -83,12 +83,7 @@ def main():
                             "--threads=2"),
         "gups": app("gups", "--log2size=24", f"--updates={int(16000000 * s)}"),
     }
-    if args.only:
-        only = set(args.only.split(","))
-        if only - set(workloads):
-            sys.exit(f"--only: unknown workload(s) {', '.join(sorted(only - set(workloads)))}; "
-                     f"known: {', '.join(workloads)}")
-        workloads = {k: v for k, v in workloads.items() if k in only}
+    workloads = select(workloads, args.only)
     tmp = tempfile.mkdtemp(prefix="mgbench-capture-bench-")
     trace = os.path.join(tmp, "t.mgbt")
     cap = lambda *opts: (lambda prog: [MGBENCH, "capture", "--quiet", *opts, "-o", trace,

@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import layout_env, timed  # noqa: E402
+from benchlib import layout_env, select, timed  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
@@ -62,12 +62,7 @@ def main():
         "gups": app("gups", "--log2size=24", f"--updates={int(4000000 * s)}"),
         "stencil": app("stencil", f"--iters={int(200 * s)}"),
     }
-    if args.only:
-        only = set(args.only.split(","))
-        if only - set(workloads):
-            sys.exit(f"--only: unknown workload(s) {', '.join(sorted(only - set(workloads)))}; "
-                     f"known: {', '.join(workloads)}")
-        workloads = {k: v for k, v in workloads.items() if k in only}
+    workloads = select(workloads, args.only)
     tmp = tempfile.mkdtemp(prefix="mgbench-rdx-bench-")
     events = os.path.join(tmp, "events.txt")
     periods = [int(p) for p in args.periods.split(",")]

@@ -32,3 +32,15 @@ def timed(cmd, env=None):
     if res.returncode != 0:
         sys.exit(f"failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr}")
     return dt
+
+
+def select(workloads, only):
+    """The workloads named in `only` (comma-separated; None: all); exits on an unknown name."""
+    if not only:
+        return workloads
+    names = set(only.split(","))
+    unknown = names - set(workloads)
+    if unknown:
+        sys.exit(f"--only: unknown workload(s) {', '.join(sorted(unknown))}; "
+                 f"known: {', '.join(workloads)}")
+    return {k: v for k, v in workloads.items() if k in names}
