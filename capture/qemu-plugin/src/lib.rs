@@ -484,13 +484,18 @@ fn first_skip(seed: u64, thread: u32, window: u64, period: u64) -> u64 {
     if window >= period {
         return 0;
     }
-    let mut z = seed ^ u64::from(thread).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    // splitmix64's finaliser.
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    splitmix64(seed ^ u64::from(thread).wrapping_mul(GOLDEN)) % (period - window + 1)
+}
+
+/// splitmix64's increment.
+pub(crate) const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// splitmix64: the output for state `x` (the state advances by [`GOLDEN`] per draw).
+pub(crate) fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(GOLDEN);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    z % (period - window + 1)
+    z ^ (z >> 31)
 }
 
 fn retired() -> &'static Mutex<Vec<usize>> {

@@ -82,12 +82,9 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 
 impl State {
     fn next(&mut self) -> u64 {
-        // splitmix64
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        let z = crate::splitmix64(self.rng);
+        self.rng = self.rng.wrapping_add(crate::GOLDEN);
+        z
     }
 
     /// Accesses to the next sample: uniform in `period x [1 - jitter, 1 + jitter]`.

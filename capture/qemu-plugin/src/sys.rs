@@ -349,23 +349,9 @@ pub struct Watchpoint {
 
 impl Watchpoint {
     pub fn open(addr: u64) -> std::io::Result<Watchpoint> {
-        let attr = breakpoint_attr(addr, 8, 0, true);
-        // SAFETY: a valid attr of the size it declares; pid 0 and cpu -1: this thread on any
-        // CPU; no group.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
-                0,
-                -1,
-                -1,
-                PERF_FLAG_FD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Watchpoint { fd: fd as c_int })
+        Ok(Watchpoint {
+            fd: open_event(&breakpoint_attr(addr, 8, 0, true))?,
+        })
     }
 
     /// Watches the `len` bytes at `addr` (len 1, 2, 4 or 8, aligned to it); the SIGTRAP it
@@ -451,6 +437,7 @@ pub fn install_trap_hook(hook: TrapHook) -> Result<(), String> {
 }
 
 // ---- Native live RDX (preloaded into the program, no QEMU): PMU sampling through perf ----
+// (`open_event` also opens the watchpoints above.)
 
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
@@ -493,8 +480,8 @@ fn open_event(attr: &PerfEventAttr) -> std::io::Result<c_int> {
     Ok(fd as c_int)
 }
 
-/// Reads a counting perf event's value. Async-signal-safe.
-fn read_count(fd: c_int) -> u64 {
+/// Reads the value of the counting perf event whose descriptor is `fd`. Async-signal-safe.
+pub fn counter_value(fd: c_int) -> u64 {
     let mut v = 0u64;
     // SAFETY: reads 8 bytes into a u64 we own.
     let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
@@ -534,11 +521,6 @@ impl Drop for PerfCounter {
         // SAFETY: our own descriptor, closed once.
         unsafe { libc::close(self.fd) };
     }
-}
-
-/// Reads the perf counter whose descriptor is `fd`. Async-signal-safe.
-pub fn counter_value(fd: c_int) -> u64 {
-    read_count(fd)
 }
 
 /// A sampling perf event on the calling thread: every `period` events the kernel writes the
