@@ -36,6 +36,7 @@
 #[cfg(feature = "backends")]
 pub mod backend;
 pub mod import;
+pub mod native_rdx;
 pub mod progress;
 pub mod spill;
 pub mod stats;

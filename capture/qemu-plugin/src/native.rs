@@ -28,84 +28,57 @@
 use std::ffi::c_int;
 use std::sync::Mutex;
 
+use mgbench_capture::native_rdx::{NativeSampler, ENV};
+
 use crate::rdx::{self, RdxArgs};
 use crate::sys::{self, EventSpec, PerfCounter, PerfSampler};
 
-/// The environment variable that configures the native path.
-pub const ENV: &str = "MGBENCH_RDX_NATIVE";
 /// The sampler's overflow signal.
 const SIGNAL: c_int = libc::SIGIO;
 const PERF_TYPE_RAW: u32 = 4;
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_PAGE_FAULTS: u64 = 2;
 
-/// Where the samples and the time come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SamplerKind {
-    Pebs,
-    Ibs,
-    PageFaults,
-}
-
-impl SamplerKind {
-    fn parse(v: &str) -> Result<SamplerKind, String> {
-        match v {
-            "pebs" => Ok(SamplerKind::Pebs),
-            "ibs" => Ok(SamplerKind::Ibs),
-            "page-faults" => Ok(SamplerKind::PageFaults),
-            _ => Err(format!("sampler={v}: expected pebs, ibs or page-faults")),
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            SamplerKind::Pebs => "pebs",
-            SamplerKind::Ibs => "ibs",
-            SamplerKind::PageFaults => "page-faults",
-        }
-    }
-
-    /// The sampling event and, when the time comes from another one, the counting event.
-    fn events(self) -> Result<(EventSpec, Option<EventSpec>), String> {
-        Ok(match self {
-            SamplerKind::Pebs => (
+/// The sampling event and, when the time comes from another one, the counting event.
+fn events(sampler: NativeSampler) -> Result<(EventSpec, Option<EventSpec>), String> {
+    Ok(match sampler {
+        NativeSampler::Pebs => (
+            EventSpec {
+                kind: PERF_TYPE_RAW,
+                config: 0x83d0,
+                precise_ip: 2,
+            },
+            None,
+        ),
+        NativeSampler::Ibs => {
+            let path = "/sys/bus/event_source/devices/ibs_op/type";
+            let kind = std::fs::read_to_string(path)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .ok_or_else(|| format!("no AMD IBS op PMU ({path} unreadable)"))?;
+            (
                 EventSpec {
-                    kind: PERF_TYPE_RAW,
-                    config: 0x83d0,
-                    precise_ip: 2,
-                },
-                None,
-            ),
-            SamplerKind::Ibs => {
-                let path = "/sys/bus/event_source/devices/ibs_op/type";
-                let kind = std::fs::read_to_string(path)
-                    .ok()
-                    .and_then(|t| t.trim().parse().ok())
-                    .ok_or_else(|| format!("no AMD IBS op PMU ({path} unreadable)"))?;
-                (
-                    EventSpec {
-                        kind,
-                        // cnt_ctl: count dispatched ops, not cycles.
-                        config: 1 << 19,
-                        precise_ip: 0,
-                    },
-                    Some(EventSpec {
-                        kind: PERF_TYPE_RAW,
-                        config: 0x0729,
-                        precise_ip: 0,
-                    }),
-                )
-            }
-            SamplerKind::PageFaults => (
-                EventSpec {
-                    kind: PERF_TYPE_SOFTWARE,
-                    config: PERF_COUNT_SW_PAGE_FAULTS,
+                    kind,
+                    // cnt_ctl: count dispatched ops, not cycles.
+                    config: 1 << 19,
                     precise_ip: 0,
                 },
-                None,
-            ),
-        })
-    }
+                Some(EventSpec {
+                    kind: PERF_TYPE_RAW,
+                    config: 0x0729,
+                    precise_ip: 0,
+                }),
+            )
+        }
+        NativeSampler::PageFaults => (
+            EventSpec {
+                kind: PERF_TYPE_SOFTWARE,
+                config: PERF_COUNT_SW_PAGE_FAULTS,
+                precise_ip: 0,
+            },
+            None,
+        ),
+    })
 }
 
 /// The native path's settings, from [`ENV`].
@@ -113,7 +86,7 @@ impl SamplerKind {
 pub struct NativeConfig {
     pub events: String,
     pub args: RdxArgs,
-    pub sampler: SamplerKind,
+    pub sampler: NativeSampler,
 }
 
 impl NativeConfig {
@@ -146,7 +119,12 @@ impl NativeConfig {
                 "watch" => args.watch = num(k, v)? as usize,
                 "seed" => args.seed = num(k, v)?,
                 "jitter" => args.jitter = rdx::parse_jitter(k, v)?,
-                "sampler" => sampler = Some(SamplerKind::parse(v)?),
+                "sampler" => {
+                    sampler =
+                        Some(NativeSampler::from_name(v).ok_or_else(|| {
+                            format!("sampler={v}: expected pebs, ibs or page-faults")
+                        })?)
+                }
                 _ => return Err(format!("{ENV}: unknown setting {k:?}")),
             }
         }
@@ -206,7 +184,7 @@ fn on_sample(fd: c_int) -> bool {
 
 fn start(cfg: &NativeConfig) -> Result<(), String> {
     rdx::init(&cfg.events, cfg.args)?;
-    let (sample_spec, count_spec) = cfg.sampler.events()?;
+    let (sample_spec, count_spec) = events(cfg.sampler)?;
     let anchor = &SAMPLER_FD as *const _ as u64;
     rdx::native_start(
         anchor,
@@ -234,7 +212,7 @@ fn start(cfg: &NativeConfig) -> Result<(), String> {
     let enabled = sampler.enable();
     *RUNNING.lock().map_err(|_| "lock poisoned".to_string())? = Some(Running {
         sampler,
-        jitter: cfg.sampler != SamplerKind::PageFaults,
+        jitter: cfg.sampler != NativeSampler::PageFaults,
         _counter: counter,
         pid: sys::pid(),
     });
@@ -319,7 +297,7 @@ mod tests {
                 jitter: 0.25
             }
         );
-        assert_eq!(c.sampler, SamplerKind::PageFaults);
+        assert_eq!(c.sampler, NativeSampler::PageFaults);
         assert!(NativeConfig::parse("period=1,sampler=pebs").is_err());
         assert!(NativeConfig::parse("period=1,sampler=x,events=/e").is_err());
         assert!(NativeConfig::parse("sampler=ibs,events=/e").is_err());

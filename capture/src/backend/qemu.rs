@@ -375,49 +375,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     })
 }
 
-/// Where native live RDX takes its samples (the plugin's `native` module).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NativeSampler {
-    /// Intel PEBS (MEM_INST_RETIRED.ANY), as RDX.
-    Pebs,
-    /// AMD IBS op, with ls_dispatch as the access counter.
-    Ibs,
-    /// The kernel's page-fault software event: times in page faults, not accesses. It runs
-    /// every part of the native path on a machine without a PMU (a self-test).
-    PageFaults,
-}
-
-impl NativeSampler {
-    /// The name the library takes (`sampler=`).
-    pub fn name(self) -> &'static str {
-        match self {
-            NativeSampler::Pebs => "pebs",
-            NativeSampler::Ibs => "ibs",
-            NativeSampler::PageFaults => "page-faults",
-        }
-    }
-
-    /// What it is, for messages.
-    pub fn describe(self) -> &'static str {
-        match self {
-            NativeSampler::Pebs => "Intel PEBS mem-loads",
-            NativeSampler::Ibs => "AMD IBS op",
-            NativeSampler::PageFaults => "the page-fault software event",
-        }
-    }
-
-    /// The PMU sampler this machine has, if any (IBS op or PEBS mem-loads in sysfs).
-    pub fn detect() -> Option<NativeSampler> {
-        let dir = Path::new("/sys/bus/event_source/devices");
-        if dir.join("ibs_op").exists() {
-            Some(NativeSampler::Ibs)
-        } else if dir.join("cpu/events/mem-loads").exists() {
-            Some(NativeSampler::Pebs)
-        } else {
-            None
-        }
-    }
-}
+pub use crate::native_rdx::NativeSampler;
 
 /// Runs the program natively with mgbench's library preloaded (`LD_PRELOAD`), which samples
 /// with the PMU (or the page-fault event), arms perf breakpoints on the sampled words and
@@ -453,7 +411,7 @@ pub fn rdx_native(cfg: &LiveRdxConfig, sampler: NativeSampler) -> Result<LiveRdx
     command
         .args(&cfg.args)
         .env("LD_PRELOAD", preload)
-        .env("MGBENCH_RDX_NATIVE", setting);
+        .env(crate::native_rdx::ENV, setting);
     die_with_parent(&mut command);
     let start = Instant::now();
     let guard = SignalGuard::install();
