@@ -13,11 +13,6 @@ alone moved bare QEMU by 30% here); medians are compared as ratios:
   qemu full         mgbench capture --backend qemu --full
   qemu sampled      mgbench capture --backend qemu (default sampling: 4096 accesses about
                     every 2^20, skips counted inline, windows switched in by retranslation)
-  plugin sampled/blocks, plugin sampled/accesses
-                    the plugin alone (no mgbench around it) sampling as the default, with
-                    skips counted by the learned per-instruction counts added once per
-                    translation block (the default), and with `blocks=0`: one inline add
-                    per access; their ratio is what block counting saves
   qemu sampled/16   --sample-window 1024 --sample-period 16384: 1 in 16, skips counted by
                     callbacks (the default before switched sampling)
   ptrace sampled    mgbench capture --backend ptrace (timed windows), where ptrace works
@@ -93,17 +88,12 @@ def main():
     trace = os.path.join(tmp, "t.mgbt")
     cap = lambda *opts: (lambda prog: [MGBENCH, "capture", "--quiet", *opts, "-o", trace,
                                        "--", *prog])
-    plugin_sampled = lambda blocks: (lambda prog: [
-        qemu, "-plugin", f"{PLUGIN},out={trace},window=4096,period=1048576,blocks={blocks}",
-        *prog])
     modes = {
         "native": lambda prog: prog,
         "bare qemu": lambda prog: [qemu, *prog],
         "floor": lambda prog: [qemu, "-plugin", f"{PLUGIN},floor=1", *prog],
         "qemu full": cap("--backend", "qemu", "--full"),
         "qemu sampled": cap("--backend", "qemu"),
-        "plugin sampled/blocks": plugin_sampled(1),
-        "plugin sampled/accesses": plugin_sampled(0),
         "qemu sampled/16": cap("--backend", "qemu", "--sample-window", "1024",
                                "--sample-period", "16384"),
     }
@@ -134,10 +124,8 @@ def main():
         for rep in range(args.reps):
             env = layout_env(rep)
             for m, make in modes.items():
-                if m.startswith("plugin"):
-                    open(trace, "w").close()  # the plugin appends to an existing file
                 times[m].append(timed(make(prog), env))
-                if m.startswith(("qemu", "ptrace", "plugin")):
+                if m.startswith(("qemu", "ptrace")):
                     sizes[m] = trace_info(trace)
                     # A full trace is gigabytes of dirty page cache: drop it and let the
                     # kernel settle, or its writeback slows the runs that follow.
@@ -151,16 +139,13 @@ def main():
             if m in ("native", "bare qemu", "floor"):
                 continue
             t = med[m]
-            line = (f"  {m:23} {t:8.3f} s  {t / native:6.1f}x native  {t / bare:5.2f}x bare  "
+            line = (f"  {m:15} {t:8.3f} s  {t / native:6.1f}x native  {t / bare:5.2f}x bare  "
                     f"{t / floor:5.2f}x floor")
             acc, bpa, rho = sizes.get(m) or (0, 0.0, 0.0)
-            if sizes.get(m):
-                line += f"  ({acc} accesses, {bpa:.2f} B/access, sample ratio {rho:.1f})"
+            line += f"  ({acc} accesses, {bpa:.2f} B/access, sample ratio {rho:.1f})"
             checks = []
             if m == "qemu sampled":
                 checks.append(verdict(t / bare, 1.5, "vs bare"))
-            if m == "plugin sampled/accesses" and "plugin sampled/blocks" in med:
-                checks.append(f"counting by blocks saves {t / med['plugin sampled/blocks']:.2f}x")
             if m == "qemu full":
                 checks.append(verdict(t / floor, 1.3, "vs floor"))
                 if name == "triad":

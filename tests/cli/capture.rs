@@ -304,11 +304,10 @@ fn switched_sampling_counts_every_skipped_access_exactly() {
     let short: &[&str] = &["--sample-window", "1024", "--sample-period", "263168"];
     let cases: [(&str, &[&str], &[&str]); 3] = [
         ("gather", &["--reps=80"], short),
-        // Debian's Python (-P: its own directory listing, not the test's, so both runs do
-        // the same; hash seed fixed below): libc's locks make accesses in QEMU's helpers,
-        // which fire the memory callbacks of the instruction that last set them, so an
-        // instruction counted by its block must never make any (without that check this run
-        // died of SIGSEGV, and at the default period counted 376 accesses too many).
+        // Debian's Python, a program nobody here wrote (-P: it lists its own directories,
+        // not the test's, so both runs do the same; hash seed fixed below). Its libc locks
+        // make accesses in QEMU's helpers, which reach the memory callbacks through the
+        // instruction's own registration: each instruction keeps its own inline add.
         (
             "/usr/bin/python3",
             &["-P", "-c", "print(sum(i * i for i in range(300000)))"],

@@ -3,8 +3,7 @@
 //!
 //! Loaded by `mgbench capture` as
 //! `qemu-x86_64 -plugin libmgbench_qemu_plugin.so,out=TRACE,status=FILE[,spill=FILE,window=W,period=P]
-//! [,roi=START:END,...,exe=PATH,exe_base=A,roi_mode=inclusive|exclusive,seed=N,blocks=0|1]
-//! PROGRAM ARGS`.
+//! [,roi=START:END,...,exe=PATH,exe_base=A,roi_mode=inclusive|exclusive] PROGRAM ARGS`.
 //! mgbench writes the trace header; the plugin appends frames; mgbench appends the end frame.
 //!
 //! Each guest thread is a QEMU vCPU with its own state: a slot of raw accesses and the
@@ -25,7 +24,6 @@
 //! inclusive mode counts calls into the ranges (entry executions minus `ret` executions inside
 //! them) and records while that depth is positive, so callees count.
 
-mod learn;
 mod native;
 mod rdx;
 mod slots;
@@ -98,9 +96,6 @@ struct Config {
     rdx: Option<rdx::RdxArgs>,
     /// Where each thread's first window starts (`first_skip`).
     seed: u64,
-    /// Counting adds learned per-instruction counts once per block (`learn`); `blocks=0`
-    /// counts every access with its own add (for comparisons).
-    blocks: bool,
 }
 
 impl Config {
@@ -121,7 +116,6 @@ impl Config {
             level: -1,
             rdx: None,
             seed: 0,
-            blocks: true,
         };
         let mut rdx = rdx::RdxArgs {
             period: 0,
@@ -149,7 +143,6 @@ impl Config {
                 "period" => c.period = num(k, v)?,
                 "exe" => c.exe = Some(v.to_string()),
                 "seed" => c.seed = num(k, v)?,
-                "blocks" => c.blocks = num(k, v)? != 0,
                 "rdx" => rdx.period = num(k, v)?,
                 "rdx_watch" => rdx.watch = num(k, v)? as usize,
                 "rdx_seed" => rdx.seed = num(k, v)?,
@@ -408,18 +401,9 @@ unsafe fn credit_skips(vcpu: u32, n: u64) -> u64 {
     unsafe { vcpu_state(vcpu) }.map_or(0, |v| v.credit_skips(n))
 }
 
-/// The memory callback of windows, entered through `sys::mem_cb_with_caller` (`caller`: the
-/// address it was called from: generated code, or QEMU's code for accesses made in helpers).
-pub(crate) extern "C" fn mem_cb(
-    vcpu: c_uint,
-    info: qemu_plugin_meminfo_t,
-    addr: u64,
-    udata: *mut c_void,
-    caller: u64,
-) {
+extern "C" fn mem_cb(vcpu: c_uint, info: qemu_plugin_meminfo_t, addr: u64, udata: *mut c_void) {
     // SAFETY: QEMU runs memory callbacks on the vCPU's own thread.
     if let Some(v) = unsafe { vcpu_state(vcpu) } {
-        learn::on_access(udata as u64, caller);
         v.record(udata as u64, addr, info);
     }
 }
@@ -569,10 +553,9 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     let (n, tb_vaddr) = unsafe { (qemu_plugin_tb_n_insns(tb), qemu_plugin_tb_vaddr(tb)) };
     note_mappings(p, tb_vaddr);
     if switch::mode() == switch::Mode::Count {
-        register_counting(tb, true);
+        register_counting(tb);
         return;
     }
-    let learning = switch::enabled() && learn::blocks_on();
     let roi = if p.cfg.roi_mode == RoiMode::None {
         &[][..]
     } else {
@@ -597,8 +580,14 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
                         )
                     };
                 }
-                // SAFETY: a handle valid during this callback.
-                if is_ret(unsafe { insn_bytes(insn) }) {
+                // SAFETY: data/size describe the instruction's bytes, valid in the callback.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(
+                        qemu_plugin_insn_data(insn).cast::<u8>(),
+                        qemu_plugin_insn_size(insn),
+                    )
+                };
+                if is_ret(bytes) {
                     // SAFETY: as above.
                     unsafe {
                         qemu_plugin_register_vcpu_insn_exec_cb(
@@ -612,14 +601,11 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             }
             _ => {}
         }
-        if learning {
-            observe(insn, vaddr);
-        }
         // SAFETY: registering the memory callback; the ip travels as the user-data pointer.
         unsafe {
             qemu_plugin_register_vcpu_mem_cb(
                 insn,
-                sys::mem_cb_with_caller(),
+                mem_cb,
                 QEMU_PLUGIN_CB_NO_REGS,
                 QEMU_PLUGIN_MEM_RW,
                 vaddr as *mut c_void,
@@ -628,72 +614,20 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     }
 }
 
-/// An instruction's bytes.
-///
-/// # Safety
-/// `insn` must be a handle valid during the current translation callback.
-unsafe fn insn_bytes<'a>(insn: *mut qemu_plugin_insn) -> &'a [u8] {
-    // SAFETY: data/size describe the instruction's bytes, valid during the callback.
-    unsafe {
-        std::slice::from_raw_parts(
-            qemu_plugin_insn_data(insn).cast::<u8>(),
-            qemu_plugin_insn_size(insn),
-        )
-    }
-}
-
-/// While callbacks are in: an execution callback on an instruction whose access count is not
-/// learned yet (`learn`).
-fn observe(insn: *mut qemu_plugin_insn, vaddr: u64) {
-    // SAFETY: `insn` is valid during the translation callback that passes it.
-    if let learn::Plan::Learning(e) = learn::plan(vaddr, unsafe { insn_bytes(insn) }) {
-        // SAFETY: registering a callback on a valid instruction handle; the entry is leaked.
-        unsafe {
-            qemu_plugin_register_vcpu_insn_exec_cb(
-                insn,
-                learn::on_exec,
-                QEMU_PLUGIN_CB_NO_REGS,
-                (e as *const learn::Entry).cast_mut().cast(),
-            )
-        };
-    }
-}
-
-/// The counting mode of `switch`: with `blocks`, the learned access counts of the TB's
-/// instructions added once when the TB starts; one inline add per access on the others.
-fn register_counting(tb: *mut qemu_plugin_tb, blocks: bool) {
-    let counter = switch::counter_ptr().cast::<c_void>();
-    let blocks = blocks && learn::blocks_on();
-    let mut block = 0;
+/// One inline add to the counter per memory access of the TB (the counting mode of `switch`).
+fn register_counting(tb: *mut qemu_plugin_tb) {
     // SAFETY: `tb` is valid during the translation callback that passes it.
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
     for i in 0..n {
-        // SAFETY: i < n instructions of this TB; the handle is valid during the callback.
-        let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
-        if blocks {
-            // SAFETY: as above.
-            let (vaddr, bytes) = unsafe { (qemu_plugin_insn_vaddr(insn), insn_bytes(insn)) };
-            if let learn::Plan::Learned(k) = learn::plan(vaddr, bytes) {
-                block += k;
-                continue;
-            }
-        }
-        // SAFETY: a valid instruction handle; the counter is a static u64.
+        // SAFETY: i < n instructions of this TB; the counter is a static u64.
         unsafe {
             qemu_plugin_register_vcpu_mem_inline(
-                insn,
+                qemu_plugin_tb_get_insn(tb, i),
                 QEMU_PLUGIN_MEM_RW,
                 QEMU_PLUGIN_INLINE_ADD_U64,
-                counter,
+                switch::counter_ptr().cast(),
                 1,
             )
-        };
-    }
-    if block > 0 {
-        learn::note_block(block);
-        // SAFETY: `tb` is valid during the callback; the counter is a static u64.
-        unsafe {
-            qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, counter, block)
         };
     }
 }
@@ -705,8 +639,7 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         return;
     }
     if switch::mode() == switch::Mode::Count {
-        // Per access: the counter is read at traps in the middle of blocks.
-        register_counting(tb, false);
+        register_counting(tb);
         return;
     }
     // SAFETY: `tb` and its instruction handles are valid during this callback; the ip
@@ -1038,11 +971,6 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
         skipped += v.skipped_total;
         threads += 1;
     }
-    if let Some((faults, bound)) = learn::inexact() {
-        let _ = p.tx.send(Msg::Note(format!(
-            "switched sampling: {faults} fault(s) while counting by blocks (a block may have been left after its add): skipped counts may be up to {bound} accesses high; counted per access after the first"
-        )));
-    }
     if switch::resets() > 0 {
         let _ = p.tx.send(Msg::Note(format!(
             "switched sampling: {} retranslations{}",
@@ -1206,12 +1134,6 @@ pub unsafe extern "C" fn qemu_plugin_install(
             c.window, c.period, c.seed
         )));
     }
-    if !c.blocks {
-        learn::blocks_off();
-    }
-    if switched {
-        learn::set_qemu_text(sys::qemu_text());
-    }
     if let Err(e) = switch::init(id, switched) {
         sys::outs(&e);
         return 1;
@@ -1234,7 +1156,6 @@ fn register_callbacks(id: qemu_plugin_id_t) {
 /// A switch of instrumentation is done (every vCPU stopped, all translations flushed):
 /// credit what the counter holds and register the callbacks again (a reset removed them).
 pub(crate) extern "C" fn on_reset(id: qemu_plugin_id_t) {
-    learn::drop_current();
     if rdx::active() {
         switch::on_reset(|_, n| rdx::credit(n));
         register_rdx_callbacks(id);

@@ -152,9 +152,6 @@ fn poller() {
 /// The fault hook: a write to the protected counter page.
 fn on_fault(addr: usize) -> bool {
     if addr & !0xfff != page() as usize {
-        if mode() == Mode::Count {
-            crate::learn::fault_while_counting();
-        }
         return false;
     }
     // SAFETY: our own page; mprotect is async-signal-safe.

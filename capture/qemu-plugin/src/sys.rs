@@ -134,83 +134,11 @@ qemu_api! {
         ptr: *mut c_void,
         imm: u64,
     );
-    /// Adds `imm` to the u64 at `ptr` each time the block starts, in generated code.
-    fn qemu_plugin_register_vcpu_tb_exec_inline(
-        tb: *mut qemu_plugin_tb,
-        op: c_int,
-        ptr: *mut c_void,
-        imm: u64,
-    );
     /// Unregisters every callback of the plugin, flushes all translations, then calls `cb`
     /// (asynchronously, with every vCPU stopped). Must be called from a vCPU thread.
     fn qemu_plugin_reset(id: qemu_plugin_id_t, cb: simple_cb);
     fn qemu_plugin_mem_size_shift(info: qemu_plugin_meminfo_t) -> c_uint;
     fn qemu_plugin_mem_is_store(info: qemu_plugin_meminfo_t) -> bool;
-}
-
-// The windows' memory callback is entered here: QEMU calls it with four arguments (vCPU,
-// meminfo, address, user data); the caller's return address goes to the fifth (r8), and the
-// callback proper runs. Generated code calls it directly; accesses that QEMU makes in its
-// helpers (atomics, xsave, ...) reach it from QEMU's own plugin code, in QEMU's text.
-std::arch::global_asm!(
-    ".pushsection .text.mgbench_mem_cb_entry,\"ax\",@progbits",
-    ".globl mgbench_mem_cb_entry",
-    ".hidden mgbench_mem_cb_entry",
-    ".p2align 4",
-    "mgbench_mem_cb_entry:",
-    "mov r8, qword ptr [rsp]",
-    "jmp {target}",
-    ".popsection",
-    target = sym crate::mem_cb,
-);
-
-extern "C" {
-    fn mgbench_mem_cb_entry(
-        vcpu: c_uint,
-        info: qemu_plugin_meminfo_t,
-        addr: u64,
-        udata: *mut c_void,
-    );
-}
-
-/// The windows' memory callback, as registered: `crate::mem_cb` with its caller's address.
-pub fn mem_cb_with_caller() -> vcpu_mem_cb {
-    // SAFETY: the entry takes the C arguments of a memory callback and tail-calls
-    // `crate::mem_cb`, which takes those plus the caller's address; never returns otherwise.
-    unsafe {
-        std::mem::transmute::<
-            unsafe extern "C" fn(c_uint, qemu_plugin_meminfo_t, u64, *mut c_void),
-            vcpu_mem_cb,
-        >(mgbench_mem_cb_entry)
-    }
-}
-
-/// The address range of QEMU's executable code (the mappings of the file that holds the
-/// plugin API), from /proc/self/maps. Only after [`load_api`].
-pub fn qemu_text() -> Option<(u64, u64)> {
-    let any = API.get()?.qemu_plugin_reset as usize as u64;
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let parse = |line: &str| -> Option<(u64, u64, bool, String)> {
-        let mut f = line.split_whitespace();
-        let (lo, hi) = f.next()?.split_once('-')?;
-        let perms = f.next()?;
-        let path = f.nth(3).unwrap_or("").to_string();
-        Some((
-            u64::from_str_radix(lo, 16).ok()?,
-            u64::from_str_radix(hi, 16).ok()?,
-            perms.contains('x'),
-            path,
-        ))
-    };
-    let rows: Vec<_> = maps.lines().filter_map(parse).collect();
-    let (_, _, _, path) = rows.iter().find(|(lo, hi, ..)| (*lo..*hi).contains(&any))?;
-    if path.is_empty() {
-        return None;
-    }
-    rows.iter()
-        .filter(|(_, _, x, p)| *x && p == path)
-        .map(|(lo, hi, ..)| (*lo, *hi))
-        .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
 }
 
 /// Prints a message on stderr. (`qemu_plugin_outs` goes to QEMU's log, which is silent
