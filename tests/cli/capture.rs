@@ -304,9 +304,9 @@ fn switched_sampling_counts_every_skipped_access_exactly() {
     let short: &[&str] = &["--sample-window", "1024", "--sample-period", "263168"];
     let cases: [(&str, &[&str], &[&str]); 3] = [
         ("gather", &["--reps=80"], short),
-        // Debian's Python, a program nobody here wrote (-P: it lists its own directories,
-        // not the test's, so both runs do the same; hash seed fixed below). Its libc locks
-        // make accesses in QEMU's helpers, which reach the memory callbacks through the
+        // Debian's Python, not one of the demos (-P: it lists its own directories, not the
+        // test's, so both runs do the same; hash seed fixed below). Its libc locks make
+        // accesses in QEMU's helpers, which reach the memory callbacks through the
         // instruction's own registration: each instruction keeps its own inline add.
         (
             "/usr/bin/python3",
