@@ -252,21 +252,40 @@ fn eprintln_native(msg: &str) {
 
 /// The library's destructor (at exit): stops sampling and logs the end.
 extern "C" fn native_fini() {
-    let Ok(mut g) = RUNNING.lock() else {
+    finish_here();
+}
+
+/// Stops sampling and logs the end, once, in the process that started it: a child (fork, or
+/// vfork, which shares this memory with its parent) leaves the parent's run alone.
+fn finish_here() {
+    let Ok(mut g) = RUNNING.try_lock() else {
         return;
     };
+    if g.as_ref().map(|r| r.pid) != Some(sys::pid()) {
+        return;
+    }
     let Some(run) = g.take() else {
         return;
     };
-    if run.pid != sys::pid() {
-        // A forked child: the events belong to the parent.
-        std::mem::forget(run);
-        return;
-    }
     run.sampler.disable();
     sys::block_sample_signal();
     rdx::finish();
     drop(run);
+}
+
+/// `_exit` for the program the library is preloaded into (its calls bind here first): a
+/// program that ends with `_exit` (dash does) runs no destructors, so the end and the
+/// mappings are logged here, then the process exits as asked.
+#[no_mangle]
+pub extern "C" fn _exit(status: c_int) -> ! {
+    finish_here();
+    sys::exit_group(status)
+}
+
+/// C99's name for `_exit`.
+#[no_mangle]
+pub extern "C" fn _Exit(status: c_int) -> ! {
+    _exit(status)
 }
 
 #[used]

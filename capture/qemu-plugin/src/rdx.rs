@@ -407,7 +407,8 @@ pub fn second_thread() {
 /// At exit (every vCPU stopped): log the traps left, the mappings and the access count.
 pub fn finish() {
     let now = now();
-    if let Ok(mut g) = STATE.lock() {
+    // try_lock: `_exit` may come from a signal handler that interrupted a holder.
+    if let Ok(mut g) = STATE.try_lock() {
         if let Some(st) = g.as_mut() {
             if !STOPPED.load(Ordering::Acquire) {
                 st.drain_traps();
