@@ -704,7 +704,6 @@ pub fn block_sample_signal() {
     }
 }
 
-/// The running process's id.
 /// Ends the process with `status` at once (what libc's `_exit` does).
 pub fn exit_group(status: c_int) -> ! {
     // SAFETY: exit_group takes an int and does not return.
@@ -714,6 +713,7 @@ pub fn exit_group(status: c_int) -> ! {
     }
 }
 
+/// The running process's id.
 pub fn pid() -> i32 {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::getpid() }
