@@ -384,10 +384,6 @@ pub fn rdx_native(cfg: &LiveRdxConfig, sampler: NativeSampler) -> Result<LiveRdx
     let program = resolve(&cfg.program)?;
     let library = find_plugin()?;
     let events = absolute(&cfg.events);
-    std::fs::write(&events, b"").map_err(|cause| CaptureError::Output {
-        path: events.clone(),
-        cause,
-    })?;
     // The events path goes last: it may hold commas.
     let setting = format!(
         "period={},watch={},seed={},jitter={},sampler={},events={}",
@@ -413,18 +409,7 @@ pub fn rdx_native(cfg: &LiveRdxConfig, sampler: NativeSampler) -> Result<LiveRdx
         .env("LD_PRELOAD", preload)
         .env(crate::native_rdx::ENV, setting);
     die_with_parent(&mut command);
-    let start = Instant::now();
-    let guard = SignalGuard::install();
-    let status = command
-        .spawn()
-        .and_then(|mut c| c.wait())
-        .map_err(|cause| CaptureError::Spawn {
-            what: program.path.display().to_string(),
-            cause,
-        })?;
-    let interrupted = guard.caught();
-    drop(guard);
-    let exit = program_exit(status);
+    let run = run_live(command, &program.path, &events, &program.path, &cfg.args)?;
     let text = std::fs::read_to_string(&events).unwrap_or_default();
     if text.is_empty() {
         return Err(CaptureError::NativeRdxNotStarted {
@@ -443,9 +428,36 @@ pub fn rdx_native(cfg: &LiveRdxConfig, sampler: NativeSampler) -> Result<LiveRdx
             });
         }
     }
+    Ok(run)
+}
+
+/// Runs a live RDX `command` (started as `what`) to its end with `events` emptied first,
+/// signals left to the program (`SignalGuard`), and says how it went.
+fn run_live(
+    mut command: Command,
+    what: &Path,
+    events: &Path,
+    program: &Path,
+    args: &[std::ffi::OsString],
+) -> Result<LiveRdxRun, CaptureError> {
+    std::fs::write(events, b"").map_err(|cause| CaptureError::Output {
+        path: events.to_path_buf(),
+        cause,
+    })?;
+    let start = Instant::now();
+    let guard = SignalGuard::install();
+    let status = command
+        .spawn()
+        .and_then(|mut c| c.wait())
+        .map_err(|cause| CaptureError::Spawn {
+            what: what.display().to_string(),
+            cause,
+        })?;
+    let interrupted = guard.caught();
+    drop(guard);
     Ok(LiveRdxRun {
-        command: command_line(&program.path, &cfg.args).join(" "),
-        exit,
+        command: command_line(program, args).join(" "),
+        exit: program_exit(status),
         interrupted,
         elapsed_s: start.elapsed().as_secs_f64(),
     })
@@ -571,10 +583,6 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
     if events.to_string_lossy().contains(',') {
         return Err(CaptureError::CommaInPath(events));
     }
-    std::fs::write(&events, b"").map_err(|cause| CaptureError::Output {
-        path: events.clone(),
-        cause,
-    })?;
     let arg = format!(
         "{},out={},rdx={},rdx_watch={},rdx_seed={},rdx_jitter={}",
         plugin.display(),
@@ -584,26 +592,11 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         cfg.seed,
         cfg.jitter
     );
-    let start = Instant::now();
-    let guard = SignalGuard::install();
-    let status = qemu_command(&qemu, &arg, &program.path, &cfg.args)
-        .spawn()
-        .and_then(|mut c| c.wait())
-        .map_err(|cause| CaptureError::Spawn {
-            what: qemu.display().to_string(),
-            cause,
-        })?;
-    let interrupted = guard.caught();
-    drop(guard);
-    let exit = program_exit(status);
+    let command = qemu_command(&qemu, &arg, &program.path, &cfg.args);
+    let run = run_live(command, &qemu, &events, &program.path, &cfg.args)?;
     let empty = std::fs::metadata(&events).map_or(true, |m| m.len() == 0);
-    if empty && matches!(exit, ProgramExit::Code(_)) {
+    if empty && matches!(run.exit, ProgramExit::Code(_)) {
         return Err(CaptureError::PluginNotLoaded { plugin });
     }
-    Ok(LiveRdxRun {
-        command: command_line(&program.path, &cfg.args).join(" "),
-        exit,
-        interrupted,
-        elapsed_s: start.elapsed().as_secs_f64(),
-    })
+    Ok(run)
 }
