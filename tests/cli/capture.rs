@@ -8,7 +8,7 @@ use std::process::Command;
 use mgbench_capture::symbols::{ElfImage, Symbolizer};
 use mgbench_capture::trace::{AccessKind, Chunk, EndInfo, Frame, Mapping, TraceReader};
 
-use crate::common::{app, apps, have, mgbench, read_indices, stderr, stdout, temp_dir};
+use crate::common::{app, apps, build_c, have, mgbench, read_indices, stderr, stdout, temp_dir};
 
 /// Everything in a trace.
 struct Trace {
@@ -588,21 +588,16 @@ fn a_forked_child_exits_with_its_own_status() {
         return;
     }
     let dir = temp_dir("fork");
-    std::fs::write(
-        dir.join("forky.c"),
+    build_c(
+        &dir,
+        "forky",
         "#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n#include <sys/wait.h>\n\
          int main(void) { volatile long s = 0; for (long i = 0; i < 3000000; i++) s += i;\n\
          pid_t p = fork(); if (p == 0) { for (long i = 0; i < 1000; i++) s += i; exit(3); }\n\
          int st; waitpid(p, &st, 0); printf(\"child %d\\n\", WEXITSTATUS(st));\n\
          return WEXITSTATUS(st) == 3 ? 0 : 1; }\n",
-    )
-    .unwrap();
-    assert!(Command::new("gcc")
-        .args(["-O1", "-o", "forky", "forky.c"])
-        .current_dir(&dir)
-        .status()
-        .unwrap()
-        .success());
+        &["-O1"],
+    );
     // Sampled (switched: the child inherits the counting translation) and full.
     for mode in [&[][..], &["--full"][..]] {
         let mut a = vec!["capture", "--quiet", "-o", "f.mgbt"];
@@ -637,13 +632,7 @@ int main(int c, char **v) {
 "#;
 
 fn build_dying(dir: &std::path::Path) {
-    std::fs::write(dir.join("dying.c"), DYING).unwrap();
-    assert!(Command::new("gcc")
-        .args(["-O1", "-pthread", "-o", "dying", "dying.c"])
-        .current_dir(dir)
-        .status()
-        .unwrap()
-        .success());
+    build_c(dir, "dying", DYING, &["-O1", "-pthread"]);
 }
 
 /// Stores recorded at the fill loop's store (the trace's most frequent instruction).

@@ -83,6 +83,19 @@ pub fn apps() -> &'static Path {
     })
 }
 
+/// Writes `source` to `dir/NAME.c` and compiles it with gcc and `flags` into `dir/NAME`.
+pub fn build_c(dir: &Path, name: &str, source: &str, flags: &[&str]) {
+    std::fs::write(dir.join(format!("{name}.c")), source).unwrap();
+    let ok = Command::new("gcc")
+        .args(flags)
+        .args(["-o", name, &format!("{name}.c")])
+        .current_dir(dir)
+        .status()
+        .expect("gcc")
+        .success();
+    assert!(ok, "gcc {flags:?} {name}.c failed");
+}
+
 pub fn app(name: &str) -> String {
     apps().join(name).display().to_string()
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::common::{app, have, mgbench, stderr, stdout, temp_dir};
+use crate::common::{app, build_c, have, mgbench, stderr, stdout, temp_dir};
 
 fn capture(dir: &Path, trace: &str, args: &[&str]) {
     let mut a = vec!["capture", "--quiet", "--full", "-o", trace, "--"];
@@ -436,34 +436,28 @@ fn native_live_rdx_runs_its_sampler_and_watchpoints_in_the_program() {
     // A program that ends with _exit runs no destructors (dash does so): the library's own
     // _exit logs the end. A vfork child's _exit, sharing the parent's memory, leaves the
     // parent's run alone.
-    std::fs::write(
-        dir.join("x.c"),
+    build_c(
+        &dir,
+        "exits",
         "#include <stdlib.h>\n#include <unistd.h>\n#include <sys/wait.h>\n\
          int main(void) { char *p = malloc(1 << 24); int st;\n\
          for (int i = 0; i < (1 << 24); i += 4096) p[i] = 1;\n\
          if (vfork() == 0) _exit(7);\n\
          wait(&st); _exit(WEXITSTATUS(st) == 7 ? 0 : 1); }\n",
-    )
-    .unwrap();
-    let cc = std::process::Command::new("cc")
-        .args(["-O1", "-o", "exits", "x.c"])
-        .current_dir(&dir)
-        .status()
-        .unwrap();
-    assert!(cc.success(), "cc x.c");
+        &["-O1"],
+    );
     let v = live_json_on(&dir, "page-faults", "16", &["./exits"]);
     let notes = v["notes"].to_string();
     assert!(!notes.contains("did not exit normally"), "{notes}");
     let samples = v["words"]["samples"].as_u64().unwrap();
     assert!(samples >= 100, "{samples} samples of 4096 page faults");
     // A statically linked program ignores LD_PRELOAD: named, with the way out.
-    std::fs::write(dir.join("s.c"), "int main(void) { return 0; }\n").unwrap();
-    let cc = std::process::Command::new("cc")
-        .args(["-static", "-o", "static-prog", "s.c"])
-        .current_dir(&dir)
-        .status()
-        .unwrap();
-    assert!(cc.success(), "cc -static");
+    build_c(
+        &dir,
+        "static-prog",
+        "int main(void) { return 0; }\n",
+        &["-static"],
+    );
     let o = mgbench(
         &["reuse", "--backend", "page-faults", "--", "./static-prog"],
         &dir,
