@@ -101,6 +101,10 @@ impl State {
         let mut c = std::io::Cursor::new(&mut buf[..]);
         let _ = c.write_fmt(args);
         let n = c.position() as usize;
+        if n == buf.len() {
+            // Cut short: keep the line a line, or the next event would run into it.
+            buf[n - 1] = b'\n';
+        }
         // One write per event: a program that dies keeps what was logged before.
         let _ = self.out.write_all(&buf[..n]);
     }
