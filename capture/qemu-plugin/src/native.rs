@@ -7,7 +7,7 @@
 //! register's SIGTRAP reads the access counter. Events go to the same file, in the same
 //! format, as the QEMU path's (`rdx`), and mgbench rebuilds the histograms the same way.
 //!
-//! mgbench sets `MGBENCH_RDX_NATIVE=events=PATH,period=P,watch=W,seed=S,jitter=J,sampler=K`
+//! mgbench sets `MGBENCH_RDX_NATIVE=period=P,watch=W,seed=S,jitter=J,sampler=K,events=PATH`
 //! and preloads this library; the constructor below removes the variable (programs the
 //! program starts are not measured) and starts sampling on the main thread only. Samplers:
 //!
@@ -163,7 +163,7 @@ fn on_sample(fd: c_int) -> bool {
         return false;
     }
     // The handler owns the sampler while sampling runs: RUNNING is only locked outside it
-    // after the signal is blocked (exit), so try_lock succeeds here.
+    // while sampling starts and stops (`start`, `finish_here`); a sample then is dropped.
     let Ok(guard) = RUNNING.try_lock() else {
         return true;
     };
