@@ -342,6 +342,21 @@ fn granularity(g: &GranularityReport, out: &mut impl Write) -> std::io::Result<(
             .unwrap_or_default()
     )?;
     bins(g, &g.rdx_bins, out)?;
+    writeln!(
+        out,
+        "stack distances: the time distances converted {}{}",
+        if g.phases > 1 {
+            format!(
+                "phase by phase ({} phases of the run, each with its own reuse times)",
+                g.phases
+            )
+        } else {
+            "with the run as one phase (too few effective samples to tell phases apart)".into()
+        },
+        g.exact_phases
+            .map(|p| format!("; the exact times over {p} phase(s)"))
+            .unwrap_or_default()
+    )?;
     for (name, a) in [
         ("RDX's 20 bins", &g.accuracy_rdx_bins),
         ("log2 bins", &g.accuracy_fine_bins),

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::fasthash;
 use crate::locality::rdx::{
-    accuracy, bin_label, convert, estimate_distinct, fine_bins, rdx_bins, Exact, Granularity,
-    Histogram, Pair, RdxConfig, Sampler,
+    accuracy, bin_label, convert_phased, estimate_distinct, fine_bins, rdx_bins, Exact,
+    Granularity, Histogram, Pair, RdxConfig, Sampler, Timeline,
 };
 use crate::SynthError;
 
@@ -93,12 +93,23 @@ pub struct GranularityReport {
     /// Distinct locations: RDX's estimate (uses without reuse x accesses) and the exact count.
     pub distinct_estimate: f64,
     pub distinct_exact: Option<u64>,
+    /// Phases the run was cut into for the conversion (each with its own reuse times; the
+    /// most over threads); 1: the whole run as one, Shen et al.'s model.
+    #[serde(default = "one")]
+    pub phases: usize,
+    /// The same for the exact times (the model alone), with the exact pass.
+    #[serde(default)]
+    pub exact_phases: Option<usize>,
     /// RDX's 20 bins ([0, 4K), [4K, 8K), ..., [1G, infinity)).
     pub rdx_bins: Vec<Bin>,
     /// mgbench's bins: 0, [1, 2), [2, 4), ... [2^31, infinity).
     pub fine_bins: Vec<Bin>,
     pub accuracy_rdx_bins: Option<Accuracies>,
     pub accuracy_fine_bins: Option<Accuracies>,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// One pair of instructions: a use sampled at `use_ip` and reused at `reuse_ip`.
@@ -136,23 +147,65 @@ pub struct ReuseReport {
     pub notes: Vec<String>,
 }
 
-/// Per granularity and thread: the sampler, its histogram, and the exact engine.
+/// Per granularity and thread: the sampler, its pairs by when their use was, the thread's
+/// accesses, and the exact engine.
 struct Track {
     sampler: Sampler,
+    timeline: Timeline,
+    len: u64,
     exact: Option<Exact>,
 }
 
 impl Track {
+    fn new(sampler: Sampler, exact: Option<Exact>) -> Track {
+        Track {
+            sampler,
+            timeline: Timeline::default(),
+            len: 0,
+            exact,
+        }
+    }
+
     /// One chunk of the thread's accesses, in order: to the sampler (its pairs to `on_pair`)
     /// and to the exact pass.
     fn feed(&mut self, accesses: &[Access], on_pair: &mut impl FnMut(Pair)) {
-        self.sampler.access_all(accesses, on_pair);
+        let timeline = &mut self.timeline;
+        self.sampler.access_all(accesses, &mut |p: Pair| {
+            timeline.add(p.use_time, p.time, p.weight);
+            on_pair(p)
+        });
+        self.len = self.sampler.accesses();
         if let Some(e) = &mut self.exact {
             for a in accesses {
                 e.access(a.addr);
             }
         }
     }
+
+    /// The end of the thread: the registers still armed are uses without reuse.
+    fn finish(&mut self, on_pair: &mut impl FnMut(Pair)) {
+        let timeline = &mut self.timeline;
+        self.sampler.finish(&mut |p: Pair| {
+            timeline.add(p.use_time, p.time, p.weight);
+            on_pair(p)
+        });
+    }
+}
+
+/// The stack-distance fractions over `bins` of several threads' reuse times, each converted
+/// over its own run ([`convert_phased`]) and weighted by its share of the reuses.
+fn convert_threads(runs: &[(&Timeline, u64, f64)], n: f64, bins: &[(f64, f64)]) -> Vec<f64> {
+    let total: f64 = runs.iter().map(|r| r.2).sum();
+    let mut out = vec![0.0; bins.len()];
+    for &(tl, len, finite) in runs {
+        if finite <= 0.0 || total <= 0.0 {
+            continue;
+        }
+        for (o, x) in out.iter_mut().zip(convert_phased(tl, len, n, bins)) {
+            *o += x * finite / total;
+        }
+    }
+    out
 }
 
 #[derive(Default)]
@@ -211,14 +264,34 @@ fn granularity_report(
             *distinct_exact.get_or_insert(0) += e.distinct();
         }
     }
+    // Per thread: its pairs, its accesses and its reuses (sampled, then exact).
+    let sampled: Vec<(&Timeline, u64, f64)> = tracks
+        .iter()
+        .map(|t| (&t.timeline, t.len, t.timeline.finite()))
+        .collect();
+    let exact_runs: Vec<(&Timeline, u64, f64)> = tracks
+        .iter()
+        .filter_map(|t| t.exact.as_ref())
+        .map(|e| (&e.timeline, e.accesses(), e.timeline.finite()))
+        .collect();
+    let phases = tracks
+        .iter()
+        .map(|t| t.timeline.phases(t.len))
+        .max()
+        .unwrap_or(1);
+    let exact_phases = tracks
+        .iter()
+        .filter_map(|t| t.exact.as_ref())
+        .map(|e| e.timeline.phases(e.accesses()))
+        .max();
     let per = |bins: &[(f64, f64)]| {
         let t = time.fractions(bins);
-        let s = convert(time, distinct_estimate, bins);
+        let s = convert_threads(&sampled, distinct_estimate, bins);
         let exact = distinct_exact.map(|n| {
             (
                 exact_time.fractions(bins),
                 exact_stack.fractions(bins),
-                convert(&exact_time, n as f64, bins),
+                convert_threads(&exact_runs, n as f64, bins),
             )
         });
         let accs = exact.as_ref().map(|(et, es, ec)| Accuracies {
@@ -247,6 +320,8 @@ fn granularity_report(
         no_reuse: time.infinite,
         distinct_estimate,
         distinct_exact,
+        phases,
+        exact_phases,
         rdx_bins: rdx,
         fine_bins: fine,
         accuracy_rdx_bins: acc_rdx,
@@ -279,15 +354,17 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
     let mut pairs: HashMap<(u64, Option<u64>), PairStats, fasthash::Build> = HashMap::default();
     let mut mappings: Vec<Mapping> = Vec::new();
     let mut accesses = 0u64;
-    let new_track = |g: Granularity, thread: u32| Track {
-        sampler: Sampler::new(
-            RdxConfig {
-                granularity: g,
-                ..cfg.rdx
-            },
-            cfg.rdx.seed ^ (u64::from(thread) << 32) ^ g.bytes(),
-        ),
-        exact: cfg.exact.then(|| Exact::new(g)),
+    let new_track = |g: Granularity, thread: u32| {
+        Track::new(
+            Sampler::new(
+                RdxConfig {
+                    granularity: g,
+                    ..cfg.rdx
+                },
+                cfg.rdx.seed ^ (u64::from(thread) << 32) ^ g.bytes(),
+            ),
+            cfg.exact.then(|| Exact::new(g)),
+        )
     };
     // A word pair is tallied by its instruction pair too; uses left armed at the end come
     // back from `finish` as pairs without reuse (time None: infinite).
@@ -326,10 +403,10 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
     let mut word_tracks: Vec<Track> = words.into_values().collect();
     let mut line_tracks: Vec<Track> = lines.into_values().collect();
     for t in &mut word_tracks {
-        t.sampler.finish(&mut on_word);
+        t.finish(&mut on_word);
     }
     for t in &mut line_tracks {
-        t.sampler.finish(&mut on_line);
+        t.finish(&mut on_line);
     }
     let mut notes = Vec::new();
     if damage.is_some() {
@@ -404,9 +481,11 @@ pub fn reuse_live(
     };
     let mut sampler: Option<Sampler> = None;
     let mut time = Histogram::default();
+    let mut timeline = Timeline::default();
     let mut pairs: HashMap<(u64, bool), PairStats, fasthash::Build> = HashMap::default();
     let mut on_pair = |pr: Pair| {
         time.add(pr.time, pr.weight);
+        timeline.add(pr.use_time, pr.time, pr.weight);
         let st = pairs.entry((pr.use_ip, pr.time.is_some())).or_default();
         st.traps += 1;
         st.weight += pr.weight;
@@ -487,6 +566,8 @@ pub fn reuse_live(
     });
     let mut tracks = vec![Track {
         sampler,
+        timeline,
+        len: accesses,
         exact: None,
     }];
     let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses);

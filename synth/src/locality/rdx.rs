@@ -36,6 +36,12 @@
 //! distinct locations, comes from the uses that saw no reuse (each location has exactly one
 //! last use): `N ~ Pt(infinity) x T`.
 //!
+//! **Phases** ([`convert_phased`], [`Timeline`]). The model takes the run as one phase: a
+//! long window of a program that builds a structure and then walks it is judged by the
+//! walk's many short reuses and looks nearly free of new locations. Cut into phases, each
+//! with its own `W_s`, a window counts its distinct locations phase by phase; the number of
+//! phases follows how many effective uses the weights leave.
+//!
 //! **Accuracy** ([`accuracy`]): `S = 1 - sum_i |B_i - B^_i| / 2` over histograms of fractions
 //! (RDX's Eq. 1); `S^` is the same over averages of adjacent bins (Eq. 2), which forgives a
 //! reuse counted one bin off.
@@ -387,54 +393,308 @@ fn binomial_mass(n: f64, p: f64, lo: f64, hi: f64) -> f64 {
     (cdf(hi) - cdf(lo)).max(0.0)
 }
 
+/// `W(v)` of one histogram of reuse times: the mean number of distinct locations in a window
+/// of `v` accesses, `sum_{d <= v} Pt(d) d + v sum_{d > v} Pt(d)`, with each fine bin at its
+/// mean distance and `Pt` over every use (no reuse included).
+struct Windows {
+    /// Mean distance of each non-empty bin, increasing.
+    d: Vec<f64>,
+    /// Prefix sums over the bins up to and including i: weight, weight x distance.
+    below_w: Vec<f64>,
+    below_wd: Vec<f64>,
+    zero: f64,
+    total: f64,
+}
+
+impl Windows {
+    /// None when the histogram is empty.
+    fn of(time: &Histogram) -> Option<Windows> {
+        let pts = time.points();
+        let total = time.finite() + time.infinite;
+        if total <= 0.0 {
+            return None;
+        }
+        let (mut w, mut wd) = (time.zero, 0.0);
+        let (mut below_w, mut below_wd) = (Vec::new(), Vec::new());
+        for &(d, x) in &pts {
+            w += x;
+            wd += x * d;
+            below_w.push(w);
+            below_wd.push(wd);
+        }
+        Some(Windows {
+            d: pts.iter().map(|p| p.0).collect(),
+            below_w,
+            below_wd,
+            zero: time.zero,
+            total,
+        })
+    }
+
+    /// `W(v)` (0 for `v <= 0`).
+    fn at(&self, v: f64) -> f64 {
+        if v <= 0.0 {
+            return 0.0;
+        }
+        let c = self.d.partition_point(|&d| d <= v);
+        let (w, wd) = match c {
+            0 => (self.zero, 0.0),
+            c => (self.below_w[c - 1], self.below_wd[c - 1]),
+        };
+        (wd + v * (self.total - w).max(0.0)) / self.total
+    }
+}
+
+/// Adds `share` of reuses whose reuse distance is `Binomial(n - 1, k / (n - 1))`, mean `k`,
+/// to `out` over `bins`.
+fn spread(out: &mut [f64], share: f64, k: f64, n: f64, bins: &[(f64, f64)]) {
+    let p = (k / (n - 1.0)).clamp(0.0, 1.0);
+    for (i, &(lo, hi)) in bins.iter().enumerate() {
+        out[i] += share * binomial_mass(n - 1.0, p, lo, hi);
+    }
+}
+
+/// Adds `share` of reuses at distance 0 (time distance 0 cannot happen, a use is not its own
+/// reuse; kept for safety).
+fn at_zero(out: &mut [f64], share: f64, bins: &[(f64, f64)]) {
+    for (i, &(lo, hi)) in bins.iter().enumerate() {
+        if lo <= 0.0 && hi > 0.0 {
+            out[i] += share;
+        }
+    }
+}
+
 /// Converts a histogram of reuse times (weights of uses; `infinite`: uses with no reuse) into
 /// one of reuse (stack) distances over `bins`, as fractions of the finite reuses; `n` is the
 /// number of distinct locations (see the module docs), raised to `W(D_max)` where it is
-/// smaller than the longest window can hold. Returns the fractions.
+/// smaller than the longest window can hold. The run is taken as one phase (Shen et al.);
+/// [`convert_phased`] lets the phases of a run differ. Returns the fractions.
 pub fn convert(time: &Histogram, n: f64, bins: &[(f64, f64)]) -> Vec<f64> {
-    let pts = time.points();
-    let finite: f64 = time.zero + pts.iter().map(|p| p.1).sum::<f64>();
-    let all = finite + time.infinite;
+    let finite = time.finite();
     let mut out = vec![0.0; bins.len()];
-    if finite <= 0.0 || all <= 0.0 {
+    let Some(windows) = Windows::of(time).filter(|_| finite > 0.0) else {
         return out;
-    }
+    };
     // The window of the longest reuse time already holds W(D_max) distinct locations on
     // average, so N is at least W(D_max) whatever the estimate says (an estimate from
     // sampled uses without reuse can fall short; a smaller N would squeeze every long
     // distance below its true bin).
-    let window_max = {
-        let (mut bd, mut bw) = (0.0, time.zero / all);
-        let mut last = 0.0;
-        for (d, w) in pts.iter().copied() {
-            bd += w / all * d;
-            bw += w / all;
-            last = bd + d * (1.0 - bw).max(0.0);
-        }
-        last
-    };
+    let pts = time.points();
+    let window_max = pts.last().map_or(0.0, |p| windows.at(p.0));
     let n = n.max(window_max).max(2.0);
-    // Prefix sums over bins in increasing mean distance: sum Pt(d) d and sum Pt(d).
-    let mut below_d = 0.0; // sum_{d <= D} Pt(d) d
-    let mut below_w = time.zero / all; // sum_{d <= D} Pt(d)
-    for (d, w) in pts.iter().copied() {
-        let pt = w / all;
-        below_d += pt * d;
-        below_w += pt;
-        let above = (1.0 - below_w).max(0.0);
-        let window = below_d + d * above;
-        let p = ((window - 1.0) / (n - 1.0)).clamp(0.0, 1.0);
-        for (i, &(lo, hi)) in bins.iter().enumerate() {
-            out[i] += (w / finite) * binomial_mass(n - 1.0, p, lo, hi);
-        }
+    for (d, w) in pts {
+        // The window starts with the reused location itself.
+        spread(&mut out, w / finite, windows.at(d) - 1.0, n, bins);
     }
-    // Time distance 0 cannot happen (a use is not its own reuse); kept for safety: k = 0.
-    if time.zero > 0.0 {
-        for (i, &(lo, hi)) in bins.iter().enumerate() {
-            if lo <= 0.0 && hi > 0.0 {
-                out[i] += time.zero / finite;
+    at_zero(&mut out, time.zero / finite, bins);
+    out
+}
+
+/// Positions of uses are kept in at most this many equal buckets.
+const BUCKETS: u64 = 256;
+/// Phases of a run at most.
+const MAX_PHASES: usize = 64;
+/// Effective uses (see [`Timeline::effective`]) per phase, and the weight, in effective
+/// uses, of the whole run's histogram in each phase's (the phase's own is trusted as far as
+/// it has uses behind it).
+const USES_PER_PHASE: f64 = 64.0;
+const PRIOR: f64 = 64.0;
+
+/// Reuse times by where in the run their use was, for [`convert_phased`]: per bucket of use
+/// positions (at most [`BUCKETS`]; their width doubles as the run grows) and fine time bin,
+/// the weight of the uses, their weighted time, weighted position and squared weights. A
+/// bucket's cells are allocated at its first use (12 KiB), so the exact pass adds to an array.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    /// Buckets are `1 << shift` accesses wide.
+    shift: u32,
+    /// Per bucket: empty, or [`CELLS`] cells.
+    cells: Vec<Vec<[f64; 4]>>,
+}
+
+/// Cells of a bucket: the fine bins of a time distance, then 0 and "no reuse".
+const ZERO_BIN: u32 = SUB * OCTAVES;
+const NO_REUSE_BIN: u32 = SUB * OCTAVES + 1;
+const CELLS: usize = (SUB * OCTAVES) as usize + 2;
+
+/// Adds cell `v` into `c`.
+fn add_cell(c: &mut [f64; 4], v: &[f64; 4]) {
+    for (a, b) in c.iter_mut().zip(v) {
+        *a += b;
+    }
+}
+
+impl Timeline {
+    /// A use at access `pos` (of its thread), reused `time` accesses later (None: never),
+    /// standing for `weight` uses.
+    #[inline]
+    pub fn add(&mut self, pos: u64, time: Option<u64>, weight: f64) {
+        while pos >> self.shift >= BUCKETS {
+            self.widen();
+        }
+        let bin = match time {
+            None => NO_REUSE_BIN,
+            Some(0) => ZERO_BIN,
+            Some(d) => fine_bin(d) as u32,
+        };
+        let b = (pos >> self.shift) as usize;
+        if self.cells.len() <= b {
+            self.cells.resize(b + 1, Vec::new());
+        }
+        if self.cells[b].is_empty() {
+            self.cells[b] = vec![[0.0; 4]; CELLS];
+        }
+        let t = time.unwrap_or(0) as f64;
+        add_cell(
+            &mut self.cells[b][bin as usize],
+            &[weight, weight * t, weight * pos as f64, weight * weight],
+        );
+    }
+
+    /// Doubles the buckets' width, merging neighbours.
+    fn widen(&mut self) {
+        self.shift += 1;
+        let old = std::mem::take(&mut self.cells);
+        self.cells = vec![Vec::new(); old.len().div_ceil(2)];
+        for (b, bucket) in old.into_iter().enumerate() {
+            let into = &mut self.cells[b / 2];
+            if into.is_empty() {
+                *into = bucket;
+            } else {
+                for (c, v) in into.iter_mut().zip(&bucket) {
+                    add_cell(c, v);
+                }
             }
         }
+    }
+
+    /// The non-empty cells: (bucket, bin, cell).
+    fn each(&self) -> impl Iterator<Item = (u32, u32, &[f64; 4])> {
+        self.cells.iter().enumerate().flat_map(|(b, bucket)| {
+            bucket
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v[0] != 0.0 || v[3] != 0.0)
+                .map(move |(bin, v)| (b as u32, bin as u32, v))
+        })
+    }
+
+    /// Weight of the uses with a reuse.
+    pub fn finite(&self) -> f64 {
+        self.each()
+            .filter(|c| c.1 != NO_REUSE_BIN)
+            .map(|c| c.2[0])
+            .sum()
+    }
+
+    /// The uses' effective number, `(sum w)^2 / sum w^2`: the uses themselves when every
+    /// weight is 1 (an exact pass), far fewer when a few sampled uses carry large weights.
+    pub fn effective(&self) -> f64 {
+        let (w, w2) = self
+            .each()
+            .fold((0.0, 0.0), |(a, b), c| (a + c.2[0], b + c.2[3]));
+        if w2 > 0.0 {
+            w * w / w2
+        } else {
+            0.0
+        }
+    }
+
+    /// Buckets a run of `len` accesses spans.
+    fn buckets(&self, len: u64) -> usize {
+        len.div_ceil(1 << self.shift).clamp(1, BUCKETS) as usize
+    }
+
+    /// The phases a run of `len` accesses is cut into: as many equal ones (whole buckets,
+    /// at most [`MAX_PHASES`]) as its effective uses allow, [`USES_PER_PHASE`] each.
+    pub fn phases(&self, len: u64) -> usize {
+        ((self.effective() / USES_PER_PHASE) as usize).clamp(1, MAX_PHASES.min(self.buckets(len)))
+    }
+}
+
+/// [`convert`] for a run whose phases differ (Shen et al.'s model takes the whole run as
+/// one): the run (`len` accesses) is cut into [`Timeline::phases`] equal phases, each with
+/// its own histogram of reuse times and so its own `W_s`. A reuse `D` accesses after its use
+/// at `a` spans the window `[a, a + D)`; location x is counted in it once, at its last access
+/// there: the access at `y` whose next access comes at least `a + D - y` later. Summed over
+/// the window, the part `[y0, y1)` of it in phase s holds `W_s(a + D - y0) - W_s(a + D - y1)`
+/// distinct locations (`W(v)` is the sum over lags `1..=v` of the chance that a use's reuse
+/// comes at that lag or later). With one phase this is `W(D)`: [`convert`]. A phase's `W_s` is
+/// its own blended with the run's, `(m_s W_s + PRIOR W) / (m_s + PRIOR)`, `m_s` its effective
+/// uses: few sampled uses with large weights lean on the run. Each cell of the timeline
+/// (bucket of use positions x fine time bin) is converted at its mean position and time.
+pub fn convert_phased(tl: &Timeline, len: u64, n: f64, bins: &[(f64, f64)]) -> Vec<f64> {
+    let mut out = vec![0.0; bins.len()];
+    let phases = tl.phases(len);
+    let buckets = tl.buckets(len);
+    // Bucket b is in phase floor(b * phases / buckets); phase s starts at the first bucket
+    // b >= s * buckets / phases.
+    let phase_of = |b: u32| ((b as usize * phases) / buckets).min(phases - 1);
+    let mut whole = Histogram::default();
+    let mut per = vec![Histogram::default(); phases];
+    let mut weights = vec![(0.0, 0.0); phases];
+    for (b, bin, v) in tl.each() {
+        let s = phase_of(b);
+        weights[s].0 += v[0];
+        weights[s].1 += v[3];
+        for h in [&mut per[s], &mut whole] {
+            match bin {
+                NO_REUSE_BIN => h.infinite += v[0],
+                ZERO_BIN => h.zero += v[0],
+                _ => {
+                    h.weights[bin as usize] += v[0];
+                    h.sums[bin as usize] += v[1];
+                }
+            }
+        }
+    }
+    let finite = whole.finite();
+    let Some(run) = Windows::of(&whole).filter(|_| finite > 0.0) else {
+        return out;
+    };
+    // Each phase's windows and the weight its own histogram gets against the run's.
+    let own: Vec<Option<(Windows, f64)>> = per
+        .iter()
+        .zip(&weights)
+        .map(|(h, &(w, w2))| {
+            let m = if w2 > 0.0 { w * w / w2 } else { 0.0 };
+            Windows::of(h).map(|x| (x, m / (m + PRIOR)))
+        })
+        .collect();
+    let edges: Vec<f64> = (0..=phases)
+        .map(|s| (((s * buckets).div_ceil(phases) as u64) << tl.shift).min(len) as f64)
+        .collect();
+    let mut reuses = Vec::new();
+    let mut widest: f64 = 0.0;
+    for (_, bin, v) in tl.each() {
+        if bin == NO_REUSE_BIN {
+            continue;
+        }
+        if bin == ZERO_BIN {
+            at_zero(&mut out, v[0] / finite, bins);
+            continue;
+        }
+        let (d, a) = (v[1] / v[0], v[2] / v[0]);
+        let end = a + d;
+        let mut distinct = 0.0;
+        for s in 0..phases {
+            let (y0, y1) = (a.max(edges[s]), end.min(edges[s + 1]));
+            if y1 <= y0 {
+                continue;
+            }
+            let r = run.at(end - y0) - run.at(end - y1);
+            distinct += match &own[s] {
+                Some((w, trust)) => trust * (w.at(end - y0) - w.at(end - y1)) + (1.0 - trust) * r,
+                None => r,
+            };
+        }
+        widest = widest.max(distinct);
+        reuses.push((v[0], distinct));
+    }
+    let n = n.max(widest).max(2.0);
+    for (w, distinct) in reuses {
+        // The window starts with the reused location itself.
+        spread(&mut out, w / finite, distinct - 1.0, n, bins);
     }
     out
 }
@@ -506,6 +766,8 @@ fn take_probabilities(n: &[u64]) -> Vec<f64> {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pair {
     pub use_ip: u64,
+    /// When the use was: its access number in its thread.
+    pub use_time: u64,
     /// None: no reuse before the end.
     pub reuse_ip: Option<u64>,
     pub time: Option<u64>,
@@ -573,6 +835,7 @@ impl Sampler {
                     let weight = self.attributed(&s);
                     on_pair(Pair {
                         use_ip: s.use_ip,
+                        use_time: s.use_time,
                         reuse_ip: Some(ip),
                         time: Some(self.counter - s.use_time),
                         weight,
@@ -689,6 +952,7 @@ impl Sampler {
         let weight = self.attributed(&s);
         on_pair(Pair {
             use_ip: s.use_ip,
+            use_time: s.use_time,
             reuse_ip: None,
             time: Some(now.saturating_sub(s.use_time)),
             weight,
@@ -772,6 +1036,7 @@ impl Sampler {
                 let weight = self.attributed(&s);
                 on_pair(Pair {
                     use_ip: s.use_ip,
+                    use_time: s.use_time,
                     reuse_ip: None,
                     time: None,
                     weight,
@@ -788,9 +1053,12 @@ pub struct Exact {
     pending: Vec<u64>,
     times: Vec<Option<u64>>,
     pub time: Histogram,
+    /// The reuse times by the position of their use (for the phased conversion).
+    pub timeline: Timeline,
     pub distance: Histogram,
     counter: u64,
     shift: u32,
+    finished: bool,
 }
 
 impl Exact {
@@ -801,9 +1069,11 @@ impl Exact {
             pending: Vec::with_capacity(super::reuse::BATCH),
             times: Vec::with_capacity(super::reuse::BATCH),
             time: Histogram::default(),
+            timeline: Timeline::default(),
             distance: Histogram::default(),
             counter: 0,
             shift: g.bytes().trailing_zeros(),
+            finished: false,
         }
     }
 
@@ -825,6 +1095,7 @@ impl Exact {
         // Uses are counted at their reuse; the last uses are added at the end (infinite).
         if let Some(p) = prev {
             self.time.add(Some(t - p), 1.0);
+            self.timeline.add(p, Some(t - p), 1.0);
         }
         self.pending.push(key);
         if self.pending.len() == super::reuse::BATCH {
@@ -846,6 +1117,13 @@ impl Exact {
     /// Closes the stream: every location's last use has no reuse.
     pub fn finish(&mut self) {
         self.flush();
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        for &p in self.last.values() {
+            self.timeline.add(p, None, 1.0);
+        }
         self.time.infinite = self.last.len() as f64;
         self.distance.infinite = self.last.len() as f64;
     }
@@ -921,6 +1199,94 @@ mod tests {
         );
         let (acc, _) = accuracy(&exact, &est);
         assert!(acc > 0.99, "{acc}");
+    }
+
+    /// The exact pass over a stream of locations (finished).
+    fn exact_of(s: &[u64]) -> Exact {
+        let mut e = Exact::new(Granularity::Word);
+        for &x in s {
+            e.access(x * 8);
+        }
+        e.finish();
+        e
+    }
+
+    #[test]
+    fn phased_conversion_follows_the_phases_of_a_run() {
+        // A large set A scanned a few times, then a small set B scanned many times, then A
+        // once more: A's reuses across B's phase come 10^5 accesses later but have only
+        // |A| - 1 + |B| other locations between them. Taken as one phase, the run's many
+        // short reuses make those long windows look nearly empty of new locations.
+        let (a, b) = (2000u64, 96u64);
+        let mut s: Vec<u64> = (0..10 * a).map(|i| i % a).collect();
+        s.extend((0..100_000).map(|i| a + i % b));
+        s.extend(0..a);
+        let e = exact_of(&s);
+        let bins = fine_bins();
+        let exact = e.distance.fractions(&bins);
+        let len = e.accesses();
+        assert!(e.timeline.phases(len) > 8, "{}", e.timeline.phases(len));
+        let (phased, _) = accuracy(
+            &exact,
+            &convert_phased(&e.timeline, len, (a + b) as f64, &bins),
+        );
+        let (whole, _) = accuracy(&exact, &convert(&e.time, (a + b) as f64, &bins));
+        assert!(phased > 0.99, "phased S {phased}");
+        assert!(
+            whole < 0.9,
+            "one phase S {whole}: the test no longer shows phases"
+        );
+        // The fractions still add up to 1.
+        let sum: f64 = convert_phased(&e.timeline, len, (a + b) as f64, &bins)
+            .iter()
+            .sum();
+        assert!((sum - 1.0).abs() < 1e-9, "{sum}");
+    }
+
+    #[test]
+    fn phased_conversion_of_a_steady_run_is_the_one_phase_model() {
+        // Uniformly random over N: every phase looks like the whole run.
+        let mut rng = Rng::new(11);
+        let s: Vec<u64> = (0..300_000).map(|_| rng.next_u64() % 4096).collect();
+        let e = exact_of(&s);
+        let bins = fine_bins();
+        let len = e.accesses();
+        assert_eq!(e.timeline.phases(len), MAX_PHASES);
+        let one = convert(&e.time, 4096.0, &bins);
+        let phased = convert_phased(&e.timeline, len, 4096.0, &bins);
+        let (agree, _) = accuracy(&one, &phased);
+        assert!(agree > 0.97, "{agree}");
+        let (acc, _) = accuracy(&e.distance.fractions(&bins), &phased);
+        assert!(acc > 0.95, "{acc}");
+    }
+
+    #[test]
+    fn timeline_keeps_its_weights_as_it_widens() {
+        let mut t = Timeline::default();
+        for i in 0..10_000u64 {
+            t.add(i * 1000, Some(1 + i % 50), 1.0);
+        }
+        t.add(5, None, 1.0);
+        assert!(1u64 << t.shift >= 10_000 * 1000 / BUCKETS);
+        assert!(t.cells.len() as u64 <= BUCKETS);
+        assert_eq!(t.finite(), 10_000.0);
+        assert!((t.effective() - 10_001.0).abs() < 1e-6);
+        // The mean position and time of all cells together are those added.
+        let (w, wt, wp) = t
+            .each()
+            .filter(|c| c.1 != NO_REUSE_BIN)
+            .fold((0.0f64, 0.0f64, 0.0f64), |a, (_, _, v)| {
+                (a.0 + v[0], a.1 + v[1], a.2 + v[2])
+            });
+        assert!((wt / w - 25.5).abs() < 1e-9, "{}", wt / w);
+        assert!((wp / w - 4_999_500.0).abs() < 1e-3, "{}", wp / w);
+        // Two uses, one with 99 times the other's weight: about one effective use, so one
+        // phase.
+        let mut t = Timeline::default();
+        t.add(0, Some(3), 1.0);
+        t.add(1_000_000, Some(3), 99.0);
+        assert!((t.effective() - 100.0 * 100.0 / 9802.0).abs() < 1e-9);
+        assert_eq!(t.phases(2_000_000), 1);
     }
 
     #[test]
