@@ -169,11 +169,8 @@ impl Track {
     /// One chunk of the thread's accesses, in order: to the sampler (its pairs to `on_pair`)
     /// and to the exact pass.
     fn feed(&mut self, accesses: &[Access], on_pair: &mut impl FnMut(Pair)) {
-        let timeline = &mut self.timeline;
-        self.sampler.access_all(accesses, &mut |p: Pair| {
-            timeline.add(p.use_time, p.time, p.weight);
-            on_pair(p)
-        });
+        self.sampler
+            .access_all(accesses, &mut kept(&mut self.timeline, on_pair));
         self.len = self.sampler.accesses();
         if let Some(e) = &mut self.exact {
             for a in accesses {
@@ -184,11 +181,18 @@ impl Track {
 
     /// The end of the thread: the registers still armed are uses without reuse.
     fn finish(&mut self, on_pair: &mut impl FnMut(Pair)) {
-        let timeline = &mut self.timeline;
-        self.sampler.finish(&mut |p: Pair| {
-            timeline.add(p.use_time, p.time, p.weight);
-            on_pair(p)
-        });
+        self.sampler.finish(&mut kept(&mut self.timeline, on_pair));
+    }
+}
+
+/// `on_pair`, with each pair kept in `timeline` too.
+fn kept<'a>(
+    timeline: &'a mut Timeline,
+    on_pair: &'a mut impl FnMut(Pair),
+) -> impl FnMut(Pair) + 'a {
+    move |p| {
+        timeline.add_pair(&p);
+        on_pair(p)
     }
 }
 
@@ -498,7 +502,7 @@ pub fn reuse_live(
     let mut pairs: HashMap<(u64, bool), PairStats, fasthash::Build> = HashMap::default();
     let mut on_pair = |pr: Pair| {
         time.add(pr.time, pr.weight);
-        timeline.add(pr.use_time, pr.time, pr.weight);
+        timeline.add_pair(&pr);
         let st = pairs.entry((pr.use_ip, pr.time.is_some())).or_default();
         st.traps += 1;
         st.weight += pr.weight;

@@ -551,6 +551,11 @@ impl Timeline {
         );
     }
 
+    /// A pair: its use, when it came and what it stands for.
+    pub fn add_pair(&mut self, p: &Pair) {
+        self.add(p.use_time, p.time, p.weight);
+    }
+
     /// Doubles the buckets' width, merging neighbours.
     fn widen(&mut self) {
         self.shift += 1;
