@@ -334,6 +334,10 @@ pub fn accuracy(exact: &[f64], est: &[f64]) -> (f64, f64) {
 /// The standard normal distribution function (Abramowitz and Stegun 7.1.26 for erf; |error|
 /// below 1.5e-7).
 fn phi(x: f64) -> f64 {
+    // Beyond 9 standard deviations the tails are below 1e-18: skip the exponential.
+    if x.abs() > 9.0 {
+        return if x > 0.0 { 1.0 } else { 0.0 };
+    }
     let z = x.abs() / std::f64::consts::SQRT_2;
     let t = 1.0 / (1.0 + 0.3275911 * z);
     let poly = t
@@ -503,19 +507,30 @@ const PRIOR: f64 = 64.0;
 /// Reuse times by where in the run their use was, for [`convert_phased`]: per bucket of use
 /// positions (at most [`BUCKETS`]; their width doubles as the run grows) and fine time bin,
 /// the weight of the uses, their weighted time, weighted position and squared weights. A
-/// bucket's cells are allocated at its first use (12 KiB), so the exact pass adds to an array.
+/// bucket's cells are an array as long as its longest time needs (at most 12 KiB), so the
+/// exact pass adds to an array.
 #[derive(Debug, Clone, Default)]
 pub struct Timeline {
     /// Buckets are `1 << shift` accesses wide.
     shift: u32,
-    /// Per bucket: empty, or [`CELLS`] cells.
+    /// Per bucket: its cells, indexed by [`cell`].
     cells: Vec<Vec<[f64; 4]>>,
 }
 
-/// Cells of a bucket: the fine bins of a time distance, then 0 and "no reuse".
-const ZERO_BIN: u32 = SUB * OCTAVES;
-const NO_REUSE_BIN: u32 = SUB * OCTAVES + 1;
-const CELLS: usize = (SUB * OCTAVES) as usize + 2;
+/// Cells of a bucket: "no reuse", time 0, then the fine bins of a time distance from
+/// [`FIRST_FINE`] on.
+const NO_REUSE_CELL: u32 = 0;
+const ZERO_CELL: u32 = 1;
+const FIRST_FINE: u32 = 2;
+
+/// The cell of a time distance.
+fn cell(time: Option<u64>) -> u32 {
+    match time {
+        None => NO_REUSE_CELL,
+        Some(0) => ZERO_CELL,
+        Some(d) => FIRST_FINE + fine_bin(d) as u32,
+    }
+}
 
 /// Adds cell `v` into `c`.
 fn add_cell(c: &mut [f64; 4], v: &[f64; 4]) {
@@ -532,21 +547,18 @@ impl Timeline {
         while pos >> self.shift >= BUCKETS {
             self.widen();
         }
-        let bin = match time {
-            None => NO_REUSE_BIN,
-            Some(0) => ZERO_BIN,
-            Some(d) => fine_bin(d) as u32,
-        };
+        let c = cell(time) as usize;
         let b = (pos >> self.shift) as usize;
         if self.cells.len() <= b {
             self.cells.resize(b + 1, Vec::new());
         }
-        if self.cells[b].is_empty() {
-            self.cells[b] = vec![[0.0; 4]; CELLS];
+        let bucket = &mut self.cells[b];
+        if bucket.len() <= c {
+            bucket.resize(c + 1, [0.0; 4]);
         }
         let t = time.unwrap_or(0) as f64;
         add_cell(
-            &mut self.cells[b][bin as usize],
+            &mut bucket[c],
             &[weight, weight * t, weight * pos as f64, weight * weight],
         );
     }
@@ -563,17 +575,16 @@ impl Timeline {
         self.cells = vec![Vec::new(); old.len().div_ceil(2)];
         for (b, bucket) in old.into_iter().enumerate() {
             let into = &mut self.cells[b / 2];
-            if into.is_empty() {
-                *into = bucket;
-            } else {
-                for (c, v) in into.iter_mut().zip(&bucket) {
-                    add_cell(c, v);
-                }
+            if into.len() < bucket.len() {
+                into.resize(bucket.len(), [0.0; 4]);
+            }
+            for (c, v) in into.iter_mut().zip(&bucket) {
+                add_cell(c, v);
             }
         }
     }
 
-    /// The non-empty cells: (bucket, bin, cell).
+    /// The non-empty cells: (bucket, cell index (see [`cell`]), cell).
     fn each(&self) -> impl Iterator<Item = (u32, u32, &[f64; 4])> {
         self.cells.iter().enumerate().flat_map(|(b, bucket)| {
             bucket
@@ -587,7 +598,7 @@ impl Timeline {
     /// Weight of the uses with a reuse.
     pub fn finite(&self) -> f64 {
         self.each()
-            .filter(|c| c.1 != NO_REUSE_BIN)
+            .filter(|c| c.1 != NO_REUSE_CELL)
             .map(|c| c.2[0])
             .sum()
     }
@@ -644,11 +655,12 @@ pub fn convert_phased(tl: &Timeline, len: u64, n: f64, bins: &[(f64, f64)]) -> V
         weights[s].1 += v[3];
         for h in [&mut per[s], &mut whole] {
             match bin {
-                NO_REUSE_BIN => h.infinite += v[0],
-                ZERO_BIN => h.zero += v[0],
-                _ => {
-                    h.weights[bin as usize] += v[0];
-                    h.sums[bin as usize] += v[1];
+                NO_REUSE_CELL => h.infinite += v[0],
+                ZERO_CELL => h.zero += v[0],
+                c => {
+                    let fine = (c - FIRST_FINE) as usize;
+                    h.weights[fine] += v[0];
+                    h.sums[fine] += v[1];
                 }
             }
         }
@@ -672,10 +684,10 @@ pub fn convert_phased(tl: &Timeline, len: u64, n: f64, bins: &[(f64, f64)]) -> V
     let mut reuses = Vec::new();
     let mut widest: f64 = 0.0;
     for (_, bin, v) in tl.each() {
-        if bin == NO_REUSE_BIN {
+        if bin == NO_REUSE_CELL {
             continue;
         }
-        if bin == ZERO_BIN {
+        if bin == ZERO_CELL {
             at_zero(&mut out, v[0] / finite, bins);
             continue;
         }
@@ -1279,7 +1291,7 @@ mod tests {
         // The mean position and time of all cells together are those added.
         let (w, wt, wp) = t
             .each()
-            .filter(|c| c.1 != NO_REUSE_BIN)
+            .filter(|c| c.1 != NO_REUSE_CELL)
             .fold((0.0f64, 0.0f64, 0.0f64), |a, (_, _, v)| {
                 (a.0 + v[0], a.1 + v[1], a.2 + v[2])
             });
