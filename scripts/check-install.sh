@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Both ways users build mgbench give a `capture` that works, with no plugin beside the binary:
+# Both ways users build mgbench give a `capture` and a live `reuse` that work, with no plugin
+# beside the binary:
 # `cargo build --release` (no --workspace, so the plugin crate is not built into target/) and
 # `cargo install --path .` (the binary lands far from any build tree). The QEMU plugin comes
 # from the bytes build.rs embedded, written to the cache directory on first use.
@@ -29,6 +30,12 @@ check() { # check NAME BINARY
         exit 1
     fi
     echo "check-install: $name: capture works with the embedded plugin ($n accesses of /bin/ls)"
+    # Live RDX loads the same plugin, from a cache it writes itself.
+    local live="$work/live-$1"
+    (cd "$work" && XDG_CACHE_HOME="$live" "$bin" reuse --quiet --period 4096 -f json -o "$name-reuse.json" -- /bin/ls / >/dev/null)
+    ls "$live"/mgbench/libmgbench_qemu_plugin-*.so >/dev/null
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["live"] and r["words"]["samples"] > 0, r["words"]' "$work/$name-reuse.json"
+    echo "check-install: $name: live reuse works with the embedded plugin"
 }
 
 cargo build --release --quiet

@@ -9,7 +9,8 @@ it with several seeds per sampling period and prints, per program, period and gr
   stack S     RDX's converted stack-distance histogram vs the exact Olken histogram
   stack S^    the same with RDX's Eq. 2 (bins weighted by their share of reuses)
   model S     the conversion alone: the exact time histogram converted, vs exact stack
-  samples, traps, and how far the seeds spread (min..max stack S)
+  samples, traps, effective samples ((sum w)^2 / sum w^2 of the weights), and how far the
+  seeds spread (min..max stack S)
 
 With --live, each program also runs under live RDX (`mgbench reuse -- PROGRAM`: QEMU,
 inline access counter, hardware watchpoints) at the same period and seeds, and the words rows
@@ -17,7 +18,10 @@ get its time S and stack S against the same exact histograms (live S, and the li
 
     python3 scripts/rdx-accuracy.py [--periods auto,1024,8192] [--seeds 5] [--live]
                                     [--watchpoints 4] [--attribution ht] [--skip-build]
-                                    [--work DIR] [--json FILE]
+                                    [--longer K] [--work DIR] [--json FILE]
+
+--longer K runs every program K times as long on the same data (RDX's sampled histograms
+improve with the number of reuse times the run holds; see the README).
 
 Targets (issue #14): stack S >= 0.90 on every program, median >= 0.95.
 """
@@ -32,15 +36,23 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
 APPS = os.path.join(ROOT, "scripts", "apps", "build")
 
-# name: (program, arguments, what it shows)
+# name: (program, arguments, what it shows, (the argument that sets its length, default))
 PROGRAMS = {
-    "reuse_loops": ("reuse_loops", [], "RDX Listing 1: two sweeps, two reuse peaks"),
-    "attribution": ("attribution", [], "RDX Listing 2: short and long reuse in one loop"),
-    "hotcold": ("hotcold", [], "random mix of a hot and a cold set"),
-    "rowcol": ("rowcol", ["--order=col"], "2-D array traversed column-major"),
-    "ptrchase": ("ptrchase", ["--shuffle=1"], "linked list in shuffled order"),
-    "spmv": ("spmv", ["--rows=4096", "--nnz=16", "--iters=8"], "CSR SpMV"),
+    "reuse_loops": ("reuse_loops", [], "RDX Listing 1: two sweeps, two reuse peaks",
+                    ("--reps", 20)),
+    "attribution": ("attribution", [], "RDX Listing 2: short and long reuse in one loop",
+                    ("--reps", 20)),
+    "hotcold": ("hotcold", [], "random mix of a hot and a cold set", ("--n", 4000000)),
+    "rowcol": ("rowcol", ["--order=col"], "2-D array traversed column-major", ("--reps", 4)),
+    "ptrchase": ("ptrchase", ["--shuffle=1"], "linked list in shuffled order", ("--reps", 8)),
+    "spmv": ("spmv", ["--rows=4096", "--nnz=16"], "CSR SpMV", ("--iters", 8)),
 }
+
+
+def arguments(name, longer):
+    """The program's arguments for a run `longer` times its default length (the same data)."""
+    _, args, _, (flag, default) = PROGRAMS[name]
+    return args + [f"{flag}={default * longer}"]
 
 
 def run(cmd, **kw):
@@ -50,12 +62,11 @@ def run(cmd, **kw):
     return res.stdout
 
 
-def capture(work, name):
-    prog, args, _ = PROGRAMS[name]
-    trace = os.path.join(work, f"{name}.mgbt")
+def capture(work, name, longer):
+    trace = os.path.join(work, f"{name}.mgbt" if longer == 1 else f"{name}-x{longer}.mgbt")
     if not os.path.exists(trace):
         run([MGBENCH, "capture", "--quiet", "--full", "-o", trace, "--",
-             os.path.join(APPS, prog)] + args)
+             os.path.join(APPS, PROGRAMS[name][0])] + arguments(name, longer))
     return trace
 
 
@@ -74,11 +85,11 @@ def accuracy(exact, est):
 
 def live(work, name, period, seed, args):
     """A live RDX run of the program; its report."""
-    prog, pargs, _ = PROGRAMS[name]
     out = os.path.join(work, f"{name}-live.json")
     run([MGBENCH, "reuse", "--quiet", "--period", str(period), "--seed", str(seed),
          "--watchpoints", str(args.watchpoints), "--attribution", args.attribution,
-         "-o", out, "--", os.path.join(APPS, prog)] + pargs)
+         "-o", out, "--", os.path.join(APPS, PROGRAMS[name][0])]
+        + arguments(name, args.longer))
     with open(out) as f:
         return json.load(f)
 
@@ -94,6 +105,9 @@ def main():
                     help="traces are kept here between runs")
     ap.add_argument("--json", help="also write every figure to this file")
     ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--longer", type=int, default=1, metavar="K",
+                    help="run each program K times its default length on the same data "
+                         "(more repetitions or iterations; hotcold: K times the accesses)")
     ap.add_argument("--live", action="store_true",
                     help="also run live RDX on each program and compare it")
     args = ap.parse_args()
@@ -103,15 +117,16 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     rows = []
     print(f"RDX over full traces: {args.watchpoints} watchpoints, attribution "
-          f"{args.attribution}, medians over {args.seeds} seeds (RDX's 20 log2 bins)")
+          f"{args.attribution}, medians over {args.seeds} seeds (RDX's 20 log2 bins)"
+          + (f", programs run {args.longer}x their default length" if args.longer > 1 else ""))
     head = (f"{'program':<12} {'accesses':>10} {'period':>7} {'unit':<5} {'samples':>7} "
-            f"{'traps':>6} {'time S':>7} {'stack S':>7} {'S^':>6} {'model S':>7} "
+            f"{'traps':>6} {'eff':>5} {'time S':>7} {'stack S':>7} {'S^':>6} {'model S':>7} "
             f"{'S min..max':>12}" + (f" {'live time S':>11} {'live stack S':>12} {'live smp':>8}"
                                      if args.live else ""))
     print(head)
     print("-" * len(head))
     for name in args.programs.split(","):
-        trace = capture(args.work, name)
+        trace = capture(args.work, name, args.longer)
         for period in args.periods.split(","):
             reports = [measure(trace, period, s + 1, args) for s in range(args.seeds)]
             lives = ([live(args.work, name, reports[0]["config"]["period"], s + 1, args)
@@ -128,6 +143,7 @@ def main():
                     "period_arg": period,
                     "samples": statistics.median(x["samples"] for x in g),
                     "traps": statistics.median(x["traps"] for x in g),
+                    "effective": statistics.median(x.get("effective_samples") or 0 for x in g),
                     "time_s": statistics.median(a["time"]["s"] for a in acc),
                     "stack_s": statistics.median(stack),
                     "stack_s_hat": statistics.median(a["stack"]["s_hat"] for a in acc),
@@ -152,7 +168,8 @@ def main():
                              f" {row['live_samples']:>8.0f}")
                 rows.append(row)
                 print(f"{name:<12} {row['accesses']:>10} {row['period']:>7} {unit:<5} "
-                      f"{row['samples']:>7.0f} {row['traps']:>6.0f} {row['time_s']:>7.3f} "
+                      f"{row['samples']:>7.0f} {row['traps']:>6.0f} {row['effective']:>5.0f} "
+                      f"{row['time_s']:>7.3f} "
                       f"{row['stack_s']:>7.3f} {row['stack_s_hat']:>6.3f} "
                       f"{row['model_s']:>7.3f} {row['stack_s_min']:>5.3f}..{row['stack_s_max']:.3f}"
                       + extra)

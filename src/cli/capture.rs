@@ -80,9 +80,6 @@ fn default_output(program: &Path) -> PathBuf {
     PathBuf::from(format!("{stem}.mgbt"))
 }
 
-/// The QEMU plugin, built and embedded by build.rs (empty where the build skipped it).
-static PLUGIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmgbench_qemu_plugin.so"));
-
 /// The recording mode `args` ask of backend `kind` (`auto`: why auto chose it, for errors).
 fn capture_mode(args: &CaptureArgs, kind: BackendKind, auto: Option<&str>) -> Result<Mode> {
     let chosen = auto.map_or(String::new(), |w| {
@@ -134,7 +131,6 @@ fn run_capture(cfg: &CaptureConfig) -> Result<backend::CaptureReport> {
 }
 
 pub fn capture(mut args: CaptureArgs) -> Result<i32> {
-    mgbench_capture::backend::qemu::embed_plugin(PLUGIN);
     let mut command = std::mem::take(&mut args.command).into_iter();
     let program = match (command.next(), args.pid) {
         (Some(p), _) => PathBuf::from(p),

@@ -68,7 +68,13 @@ enum Command {
 }
 
 /// Runs the command; returns the exit status for the process.
+/// The QEMU plugin, built and embedded by build.rs (empty where the build skipped it).
+static PLUGIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmgbench_qemu_plugin.so"));
+
 pub fn run(cli: Cli) -> Result<i32> {
+    // Every command that starts QEMU (capture, `profile`, live `reuse`) finds the plugin
+    // built into this executable, wherever it was installed.
+    mgbench_capture::backend::qemu::embed_plugin(PLUGIN);
     // Sticky: `profile` runs capture and replay through here again without the flag.
     if cli.quiet {
         progress::set_quiet(true);

@@ -328,10 +328,13 @@ fn bins(g: &GranularityReport, list: &[Bin], out: &mut impl Write) -> std::io::R
 fn granularity(g: &GranularityReport, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{}: {} samples ({} dropped with every register busy), {} traps standing for {:.0} reuses, {:.0} uses without reuse; distinct {}: {:.0} estimated{}",
+        "{}: {} samples ({} dropped with every register busy{}), {} traps standing for {:.0} reuses, {:.0} uses without reuse; distinct {}: {:.0} estimated{}",
         g.granularity.unit(),
         g.samples,
         g.dropped,
+        g.effective_samples
+            .map(|e| format!("; {e:.0} effective"))
+            .unwrap_or_default(),
         g.traps,
         g.attributed_reuses,
         g.no_reuse,

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::fasthash;
 use crate::locality::rdx::{
-    accuracy, bin_label, convert, convert_phased, estimate_distinct, fine_bins, rdx_bins, Exact,
-    Granularity, Histogram, Pair, RdxConfig, Sampler, Timeline,
+    accuracy, bin_label, convert, convert_phased, effective, estimate_distinct, fine_bins,
+    rdx_bins, Exact, Granularity, Histogram, Pair, RdxConfig, Sampler, Timeline,
 };
 use crate::SynthError;
 
@@ -100,6 +100,12 @@ pub struct GranularityReport {
     /// The same for the exact times (the model alone), with the exact pass.
     #[serde(default)]
     pub exact_phases: Option<usize>,
+    /// The sampled uses' effective number, `(sum w)^2 / sum w^2` over their weights: the
+    /// samples the histograms rest on (all of them when every weight is equal; a handful
+    /// when a few long-watched samples stand for most of the reuses).
+    /// (Absent from reports written before it was added.)
+    #[serde(default)]
+    pub effective_samples: Option<f64>,
     /// RDX's 20 bins ([0, 4K), [4K, 8K), ..., [1G, infinity)).
     pub rdx_bins: Vec<Bin>,
     /// mgbench's bins: 0, [1, 2), [2, 4), ... [2^31, infinity).
@@ -301,6 +307,8 @@ fn granularity_report(
         .filter_map(|t| t.exact.as_ref())
         .map(|e| e.timeline.phases(e.accesses()))
         .max();
+    let weights: Vec<(f64, f64)> = tracks.iter().map(|t| t.timeline.weights()).collect();
+    let effective_samples = effective(&weights);
     let per = |bins: &[(f64, f64)]| {
         let t = time.fractions(bins);
         let s = convert_threads(&sampled, time, distinct_estimate, bins);
@@ -339,6 +347,7 @@ fn granularity_report(
         distinct_exact,
         phases,
         exact_phases,
+        effective_samples: Some(effective_samples),
         rdx_bins: rdx,
         fine_bins: fine,
         accuracy_rdx_bins: acc_rdx,
@@ -350,6 +359,26 @@ fn granularity_report(
 fn few_samples(samples: u64) -> Option<String> {
     (samples < 100)
         .then(|| format!("only {samples} samples: lower --period for a steadier histogram"))
+}
+
+/// Effective samples below which a histogram changes much from seed to seed (over 5 seeds of
+/// scripts/rdx-accuracy.py, words: hotcold at 4-5 effective samples ranged over stack S
+/// 0.06-0.90, rowcol at 8-13 over 0.66-0.94; from 28 on, spmv 0.76-0.90, reuse_loops
+/// 0.96-1.00).
+pub const STEADY_EFFECTIVE: f64 = 25.0;
+
+/// The note for a granularity whose weights leave few effective samples: a few samples
+/// watched for long stand for most of the reuses.
+fn thin_samples(g: &GranularityReport) -> Option<String> {
+    let effective = g.effective_samples?;
+    (g.samples >= 100 && effective < STEADY_EFFECTIVE).then(|| {
+        format!(
+            "{}: the histograms rest on about {:.0} effective samples of {} (a few samples watched for long stand for most of the reuses): the long-distance bins can change much with --seed; a run that repeats its long reuses more often (more iterations, a longer input) steadies them",
+            g.granularity.unit(),
+            effective,
+            g.samples
+        )
+    })
 }
 
 /// Runs RDX over the full trace at `path`.
@@ -441,6 +470,8 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
     let lines_report =
         granularity_report(Granularity::Line, &mut line_tracks, &line_time, accesses);
     notes.extend(few_samples(words_report.samples));
+    notes.extend(thin_samples(&words_report));
+    notes.extend(thin_samples(&lines_report));
     // Instruction pairs, by the reuses they stand for.
     let mut sym = Symbolizer::new(mappings);
     let mut list: Vec<((u64, Option<u64>), PairStats)> = pairs.into_iter().collect();
@@ -589,6 +620,7 @@ pub fn reuse_live(
     }];
     let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses);
     notes.extend(few_samples(words.samples));
+    notes.extend(thin_samples(&words));
     notes.push(
         "live: the reusing instruction is not recorded (under QEMU the watchpoint fires in generated code); cache lines need a trace (mgbench reuse --rdx)".into(),
     );

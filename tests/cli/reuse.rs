@@ -499,3 +499,67 @@ fn the_conversion_follows_a_program_that_builds_then_walks() {
     let text = stdout(&o);
     assert!(text.contains("the exact times over 64 phase(s)"), "{text}");
 }
+
+#[test]
+fn a_histogram_resting_on_few_effective_samples_says_so() {
+    if !have("qemu-x86_64", "RDX's effective samples on a captured demo") {
+        return;
+    }
+    let dir = temp_dir("reuse-effective");
+    // 1 access in 10 goes to a random word of a 1 M-word cold array: its reuses come millions
+    // of accesses apart, and the few samples that survive that long in 4 registers carry
+    // Horvitz-Thompson weights of hundreds (seeds 1-3: 6 effective samples of 1000).
+    capture(
+        &dir,
+        "hc.mgbt",
+        &[&app("hotcold"), "--cold=1000000", "--n=2000000"],
+    );
+    let v = reuse_json(&dir, &["--rdx", "hc.mgbt", "--no-exact", "-o", "hc.json"]);
+    let w = &v["words"];
+    let eff = w["effective_samples"].as_f64().unwrap();
+    let samples = w["samples"].as_u64().unwrap();
+    assert!(samples > 900, "{w}");
+    assert!(eff > 1.0 && eff < 25.0, "{eff} effective of {samples}");
+    let note = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.starts_with("words: the histograms rest on about"))
+        .unwrap_or_else(|| panic!("no note on the effective samples: {}", v["notes"]));
+    assert!(note.contains(&format!("of {samples}")), "{note}");
+    // With every trap counted once, each use is one effective sample: the traps and the
+    // uses still watched at the end, and no note.
+    let one = reuse_json(
+        &dir,
+        &["--rdx", "hc.mgbt", "--no-exact", "--attribution", "one"],
+    );
+    for unit in ["words", "lines"] {
+        let g = &one[unit];
+        let uses = g["traps"].as_f64().unwrap() + g["no_reuse"].as_f64().unwrap();
+        assert!(
+            (g["effective_samples"].as_f64().unwrap() - uses).abs() < 1e-6,
+            "{unit}: {g}"
+        );
+    }
+    assert!(
+        !one["notes"].to_string().contains("effective samples"),
+        "{}",
+        one["notes"]
+    );
+    // The table says it on the samples line.
+    let o = mgbench(
+        &["reuse", "--quiet", "--rdx", "hc.mgbt", "--no-exact"],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains(" effective), "), "{}", stdout(&o));
+    // So does the HTML report's RDX section.
+    let o = mgbench(&["report", "hc.json", "-o", "hc.html"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(dir.join("hc.html")).unwrap();
+    assert!(
+        html.contains(&format!("{samples} samples ({:.0} effective)", eff)),
+        "no effective samples in the report's RDX section"
+    );
+}

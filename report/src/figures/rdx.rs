@@ -34,8 +34,14 @@ pub fn sections(reports: &[(String, ReuseReport)], ids: &mut Ids) -> Vec<Section
             for g in std::iter::once(&r.words).chain(&r.lines) {
                 let unit = g.granularity.unit();
                 intro.push_str(&format!(
-                    " {unit}: {} samples, {} traps, {:.0} distinct estimated, stack distances converted over {} phase(s) of the run",
-                    g.samples, g.traps, g.distinct_estimate, g.phases
+                    " {unit}: {} samples{}, {} traps, {:.0} distinct estimated, stack distances converted over {} phase(s) of the run",
+                    g.samples,
+                    g.effective_samples
+                        .map(|e| format!(" ({e:.0} effective)"))
+                        .unwrap_or_default(),
+                    g.traps,
+                    g.distinct_estimate,
+                    g.phases
                 ));
                 if let Some(n) = g.distinct_exact {
                     intro.push_str(&format!(" ({n} exact)"));

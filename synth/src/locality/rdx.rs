@@ -606,14 +606,13 @@ impl Timeline {
     /// The uses' effective number, `(sum w)^2 / sum w^2`: the uses themselves when every
     /// weight is 1 (an exact pass), far fewer when a few sampled uses carry large weights.
     pub fn effective(&self) -> f64 {
-        let (w, w2) = self
-            .each()
-            .fold((0.0, 0.0), |(a, b), c| (a + c.2[0], b + c.2[3]));
-        if w2 > 0.0 {
-            w * w / w2
-        } else {
-            0.0
-        }
+        effective(&[self.weights()])
+    }
+
+    /// The uses' total weight and sum of squared weights.
+    pub fn weights(&self) -> (f64, f64) {
+        self.each()
+            .fold((0.0, 0.0), |(a, b), c| (a + c.2[0], b + c.2[3]))
     }
 
     /// Buckets a run of `len` accesses spans.
@@ -625,6 +624,19 @@ impl Timeline {
     /// at most [`MAX_PHASES`]) as its effective uses allow, [`USES_PER_PHASE`] each.
     pub fn phases(&self, len: u64) -> usize {
         ((self.effective() / USES_PER_PHASE) as usize).clamp(1, MAX_PHASES.min(self.buckets(len)))
+    }
+}
+
+/// The effective number of uses of several timelines' [`Timeline::weights`] together:
+/// `(sum w)^2 / sum w^2`.
+pub fn effective(weights: &[(f64, f64)]) -> f64 {
+    let (w, w2) = weights
+        .iter()
+        .fold((0.0, 0.0), |(a, b), c| (a + c.0, b + c.1));
+    if w2 > 0.0 {
+        w * w / w2
+    } else {
+        0.0
     }
 }
 
@@ -1275,6 +1287,27 @@ mod tests {
         assert!(agree > 0.97, "{agree}");
         let (acc, _) = accuracy(&e.distance.fractions(&bins), &phased);
         assert!(acc > 0.95, "{acc}");
+    }
+
+    #[test]
+    fn effective_uses_count_equal_weights_and_discount_heavy_ones() {
+        let mut t = Timeline::default();
+        for i in 0..100 {
+            t.add(i * 10, Some(5), 1.0);
+        }
+        assert!((t.effective() - 100.0).abs() < 1e-9);
+        // One use standing for 900 others: the 101 uses count about as one.
+        let mut heavy = t.clone();
+        heavy.add(5000, None, 900.0);
+        let e = heavy.effective();
+        assert!(
+            (e - 1000.0 * 1000.0 / (100.0 + 810_000.0)).abs() < 1e-9,
+            "{e}"
+        );
+        // Several timelines (threads) together: their sums, not the mean of their counts.
+        let together = effective(&[t.weights(), heavy.weights()]);
+        assert!((together - 1100.0 * 1100.0 / (200.0 + 810_000.0)).abs() < 1e-9);
+        assert_eq!(effective(&[]), 0.0);
     }
 
     #[test]
