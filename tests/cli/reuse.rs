@@ -563,3 +563,35 @@ fn a_histogram_resting_on_few_effective_samples_says_so() {
         "no effective samples in the report's RDX section"
     );
 }
+
+#[test]
+fn live_rdx_with_inline_counting_samples_every_instruction_of_a_loop() {
+    if !have("qemu-x86_64", "live RDX under QEMU") {
+        return;
+    }
+    let dir = temp_dir("reuse-live-switched");
+    // A period of 2^19 is counted inline between samples (switched sampling), so each sample
+    // comes due while generated code runs. RDX's Listing 2 loop reads big[i] (reused a sweep,
+    // 750000 accesses, later) and reads and writes acc[i & 7] (reused 2 and 22 accesses
+    // later): a third of the reuses are long. Taking the first access after the switch would
+    // sample the same instruction every time (it did: none of 970 samples fell on big[i]).
+    let v = live_json(&dir, "524288", &[&app("attribution"), "--reps=80"]);
+    let w = &v["words"];
+    assert!(w["samples"].as_u64().unwrap() > 80, "{w}");
+    let pairs = v["pairs"].as_array().unwrap();
+    let long: f64 = pairs
+        .iter()
+        .filter(|p| p["mean_time"].as_f64().is_some_and(|t| t > 500_000.0))
+        .map(|p| p["weight"].as_f64().unwrap())
+        .sum();
+    let all: f64 = pairs
+        .iter()
+        .filter(|p| !p["mean_time"].is_null())
+        .map(|p| p["weight"].as_f64().unwrap())
+        .sum();
+    assert!(
+        long / all > 0.15 && long / all < 0.55,
+        "long reuses are {:.2} of the sampled ones (exact 1/3): {pairs:?}",
+        long / all
+    );
+}
