@@ -1217,12 +1217,33 @@ fn auto_backend_says_which_and_why_and_falls_back_on_avx512() {
         "{t}"
     );
     if !cpu_has("avx512f") {
-        // A CPU feature, not a component a script could install: machines of this kind
-        // usually have AVX-512, but some instances do not (seen 2026-11-24), and there the
-        // program this part runs natively cannot run at all.
-        eprintln!(
-            "skipped: the AVX-512 fallback needs an AVX-512 CPU to run the program natively; this one has none (/proc/cpuinfo)"
+        // Machines of this kind usually have AVX-512, but some instances do not (seen
+        // 2026-11-24). There no backend can run AVX-512 code (ptrace runs it natively), so
+        // auto keeps QEMU, and the program's SIGILL is reported with what was recorded
+        // before it, in the exit status and in the trace.
+        let o = mgbench(
+            &[
+                "capture",
+                "--quiet",
+                "--full",
+                "-o",
+                "g.mgbt",
+                &app("gather512"),
+            ],
+            &dir,
         );
+        assert_eq!(o.status.code(), Some(128 + 4), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("backend qemu (auto: "), "{e}");
+        assert!(e.contains("killed by SIGILL"), "{e}");
+        let t = info("g.mgbt");
+        assert!(t.contains("program      killed by SIGILL"), "{t}");
+        let n: u64 = t
+            .lines()
+            .find_map(|l| l.strip_prefix("accesses"))
+            .and_then(|l| l.split_whitespace().next()?.parse().ok())
+            .unwrap();
+        assert!(n > 0, "{t}");
         return;
     }
     // AVX-512 in the program's own code: ptrace from the start, and said why.
