@@ -67,10 +67,10 @@ enum Command {
     Compare(report::CompareArgs),
 }
 
-/// Runs the command; returns the exit status for the process.
 /// The QEMU plugin, built and embedded by build.rs (empty where the build skipped it).
 static PLUGIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmgbench_qemu_plugin.so"));
 
+/// Runs the command; returns the exit status for the process.
 pub fn run(cli: Cli) -> Result<i32> {
     // Every command that starts QEMU (capture, `profile`, live `reuse`) finds the plugin
     // built into this executable, wherever it was installed.
