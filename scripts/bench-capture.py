@@ -142,7 +142,7 @@ def main():
             line = (f"  {m:15} {t:8.3f} s  {t / native:6.1f}x native  {t / bare:5.2f}x bare  "
                     f"{t / floor:5.2f}x floor")
             acc, bpa, rho = sizes.get(m) or (0, 0.0, 0.0)
-            line += f"  ({acc} accesses, {bpa:.2f} B/access, sample ratio {rho:.1f})"
+            line += f"  ({acc} accesses, {bpa:.3g} B/access, sample ratio {rho:.1f})"
             checks = []
             if m == "qemu sampled":
                 checks.append(verdict(t / bare, 1.5, "vs bare"))
