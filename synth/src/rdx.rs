@@ -361,6 +361,21 @@ fn few_samples(samples: u64) -> Option<String> {
         .then(|| format!("only {samples} samples: lower --period for a steadier histogram"))
 }
 
+/// Blocks translated per sample above which the live report says what sampling costs. Here
+/// (scripts/bench-rdx-live.py): the demo kernels translate 13-101 blocks per sample and pay
+/// under 1.5 ms per sample; Debian's gzip 175-306 and 3.3-5.6 ms.
+const COSTLY_BLOCKS_PER_SAMPLE: f64 = 150.0;
+
+/// The note for a live run whose samples each made QEMU translate many blocks again.
+fn retranslation(blocks: u64, samples: u64) -> Option<String> {
+    let per = blocks as f64 / samples.max(1) as f64;
+    (samples > 0 && per >= COSTLY_BLOCKS_PER_SAMPLE).then(|| {
+        format!(
+            "live: QEMU translated {blocks} blocks, about {per:.0} per sample: each sample switches QEMU's instrumentation and back, and the program's hot code is translated again (gzip: about 300 blocks and 4 ms per sample); if the run was much slower than expected, a longer --period cuts that cost"
+        )
+    })
+}
+
 /// Effective samples below which a histogram changes much from seed to seed (over 5 seeds of
 /// scripts/rdx-accuracy.py, words: hotcold at 4-5 effective samples ranged over stack S
 /// 0.06-0.90, rowcol at 8-13 over 0.66-0.94; from 28 on, spmv 0.76-0.90, reuse_loops
@@ -542,6 +557,7 @@ pub fn reuse_live(
     let mut maps = String::new();
     let mut notes = Vec::new();
     let mut accesses = None;
+    let mut blocks = None;
     let mut last_time = 0u64;
     let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
     for (n, line) in text.lines().enumerate() {
@@ -596,6 +612,7 @@ pub fn reuse_live(
                 maps.push('\n');
             }
             "N" => notes.push(rest.to_string()),
+            "B" => blocks = f.first().and_then(|v| v.parse::<u64>().ok()),
             "E" => accesses = f.first().and_then(|v| v.parse::<u64>().ok()),
             _ => return Err(bad(n, line)),
         }
@@ -621,6 +638,7 @@ pub fn reuse_live(
     let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses);
     notes.extend(few_samples(words.samples));
     notes.extend(thin_samples(&words));
+    notes.extend(blocks.and_then(|b| retranslation(b, words.samples)));
     notes.push(
         "live: the reusing instruction is not recorded (under QEMU the watchpoint fires in generated code); cache lines need a trace (mgbench reuse --rdx)".into(),
     );
@@ -705,6 +723,33 @@ mod tests {
         assert_eq!(reused.mean_time, Some(20.0));
         assert!(reused.reuse_ip.is_none());
         std::fs::remove_file(&p).ok();
+    }
+
+    #[test]
+    fn a_live_run_that_retranslated_much_per_sample_says_so() {
+        let cfg = ReuseConfig {
+            exact: false,
+            ..ReuseConfig::default()
+        };
+        let run = |blocks: u64| {
+            let p = events(
+                &format!("blocks-{blocks}"),
+                &format!("H 10 0.5 1 1\nS 0x1 0x1000 10 0\nT 0 12\nS 0x1 0x1000 20 0\nB {blocks}\nE 30\n"),
+            );
+            let r = reuse_live(&p, "prog", &cfg).unwrap();
+            std::fs::remove_file(&p).ok();
+            r.notes
+        };
+        // Two samples: 1000 blocks are 500 per sample, over the threshold; 200 are 100.
+        let notes = run(1000);
+        let note = notes.iter().find(|n| n.contains("QEMU translated"));
+        assert!(
+            note.is_some_and(
+                |n| n.contains("1000 blocks, about 500 per sample") && n.contains("--period")
+            ),
+            "{notes:?}"
+        );
+        assert!(!run(200).iter().any(|n| n.contains("QEMU translated")));
     }
 
     #[test]

@@ -594,4 +594,61 @@ fn live_rdx_with_inline_counting_samples_every_instruction_of_a_loop() {
         "long reuses are {:.2} of the sampled ones (exact 1/3): {pairs:?}",
         long / all
     );
+    // A small loop: few blocks to translate again after each switch, no cost note.
+    assert!(
+        !v["notes"].to_string().contains("QEMU translated"),
+        "{}",
+        v["notes"]
+    );
+}
+
+#[test]
+fn live_rdx_on_a_program_with_much_code_says_what_its_samples_cost() {
+    if !have("qemu-x86_64", "live RDX under QEMU") || !have("gzip", "live RDX on gzip") {
+        return;
+    }
+    let dir = temp_dir("reuse-live-gzip");
+    // 4 MB of seeded pseudo-text (a vocabulary of 5000 words): Debian's gzip translates about
+    // 175 blocks again after each sample at a period of 2^20 (the demo kernels 13-101).
+    let mut rng = 1u64;
+    let mut next = || {
+        rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let letters = b"etaoinshrdlucmfw";
+    let vocab: Vec<String> = (0..5000)
+        .map(|_| {
+            let len = 2 + next() % 8;
+            (0..len)
+                .map(|_| letters[(next() % 16) as usize] as char)
+                .collect()
+        })
+        .collect();
+    let mut text = String::new();
+    while text.len() < 4_000_000 {
+        text.push_str(&vocab[(next() % 5000) as usize]);
+        text.push(if next() % 12 == 0 { '\n' } else { ' ' });
+    }
+    std::fs::write(dir.join("t.txt"), &text).unwrap();
+    let v = live_json(&dir, "1048576", &["gzip", "-6", "-c", "t.txt"]);
+    let samples = v["words"]["samples"].as_u64().unwrap();
+    assert!(samples > 100, "{}", v["words"]);
+    let notes = v["notes"].to_string();
+    let note = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.starts_with("live: QEMU translated"))
+        .unwrap_or_else(|| panic!("no retranslation note: {notes}"));
+    let per: f64 = note
+        .split("about ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap();
+    assert!(per >= 150.0 && note.contains("--period"), "{note}");
 }

@@ -638,6 +638,7 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     if rdx::stopped() {
         return;
     }
+    rdx::translated();
     if switch::mode() == switch::Mode::Count {
         register_counting(tb);
         return;

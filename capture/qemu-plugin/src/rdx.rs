@@ -39,6 +39,11 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static STOPPED: AtomicBool = AtomicBool::new(false);
 /// Accesses counted outside the counter's uncredited part (callbacks, and credits).
 static TIME: AtomicU64 = AtomicU64::new(0);
+/// Blocks QEMU translated after the first sample (most of a sample's cost: every switch
+/// flushes them all, and the program's hot code is translated again); the program's start-up
+/// translations before it are not the sampler's.
+static TRANSLATED: AtomicU64 = AtomicU64::new(0);
+static SAMPLED: AtomicBool = AtomicBool::new(false);
 /// Registers armed now (for the signal handler).
 static ARMED: [AtomicBool; MAX_WATCH] = [const { AtomicBool::new(false) }; MAX_WATCH];
 /// Traps not yet logged: `register << 56 | time`.
@@ -150,6 +155,7 @@ impl State {
             }
             self.log_maps();
         }
+        SAMPLED.store(true, Ordering::Relaxed);
         self.drain_traps();
         let w = self.busy.len();
         for k in 0..w {
@@ -399,6 +405,13 @@ pub fn credit(n: u64) -> u64 {
     }
 }
 
+/// QEMU translates a block while sampling is on (counted for the report).
+pub fn translated() {
+    if SAMPLED.load(Ordering::Relaxed) {
+        TRANSLATED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// A second guest thread starts: stop sampling (the counter cannot tell threads apart).
 pub fn second_thread() {
     if STOPPED.swap(true, Ordering::AcqRel) {
@@ -432,6 +445,8 @@ pub fn finish() {
                 st.drain_traps();
             }
             st.log_maps();
+            let blocks = TRANSLATED.load(Ordering::Relaxed);
+            st.log(format_args!("B {blocks}\n"));
             st.log(format_args!("E {now}\n"));
         }
     }
