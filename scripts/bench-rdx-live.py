@@ -28,7 +28,6 @@ only when every workload meets it. Where a PMU with address sampling exists the 
 import argparse
 import json
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -36,7 +35,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import layout_env, select, timed  # noqa: E402
+from benchlib import layout_env, select, timed, write_text  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
@@ -44,21 +43,6 @@ PLUGIN = os.path.join(ROOT, "target", "release", "libmgbench_qemu_plugin.so")
 APPS = os.path.join(ROOT, "scripts", "apps", "build")
 DEFAULT_PERIOD = 1 << 22
 
-
-
-def write_text(path, size):
-    """`size` bytes of seeded pseudo-text (words of a small vocabulary): compressible like
-    text, the same on every machine."""
-    rng = random.Random(1)
-    vocab = ["".join(rng.choice("etaoinshrdlucmfw") for _ in range(rng.randint(2, 9)))
-             for _ in range(5000)]
-    out, n = [], 0
-    while n < size:
-        line = " ".join(rng.choice(vocab) for _ in range(12)) + "\n"
-        out.append(line)
-        n += len(line)
-    with open(path, "w") as f:
-        f.write("".join(out)[:size])
 
 
 def main():

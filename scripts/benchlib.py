@@ -9,6 +9,7 @@ measures that layout. So each repetition runs all configurations with the enviro
 by a different length (MGBENCH_BENCH_PAD), and the medians are taken over layouts.
 """
 import os
+import random
 import subprocess
 import sys
 import time
@@ -44,3 +45,18 @@ def select(workloads, only):
         sys.exit(f"--only: unknown workload(s) {', '.join(sorted(unknown))}; "
                  f"known: {', '.join(workloads)}")
     return {k: v for k, v in workloads.items() if k in names}
+
+
+def write_text(path, size):
+    """`size` bytes of seeded pseudo-text (words of a small vocabulary): compressible like
+    text, the same on every machine."""
+    rng = random.Random(1)
+    vocab = ["".join(rng.choice("etaoinshrdlucmfw") for _ in range(rng.randint(2, 9)))
+             for _ in range(5000)]
+    out, n = [], 0
+    while n < size:
+        line = " ".join(rng.choice(vocab) for _ in range(12)) + "\n"
+        out.append(line)
+        n += len(line)
+    with open(path, "w") as f:
+        f.write("".join(out)[:size])

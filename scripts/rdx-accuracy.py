@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """RDX accuracy: trace-driven `mgbench reuse --rdx` against the exact (Olken) histograms.
 
-Captures a full trace of each demo program (scripts/apps, built here) once, then runs RDX over
-it with several seeds per sampling period and prints, per program, period and granularity
-(words, 64-byte lines), the medians over seeds of
+Captures a full trace of each demo program (scripts/apps, built here) and of Debian's gzip
+compressing 1 MB of seeded pseudo-text once, then runs RDX over it with several seeds per
+sampling period and prints, per program, period and granularity (words, 64-byte lines), the
+medians over seeds of
 
   time S      RDX's time-distance histogram vs the exact one (RDX Eq. 1, 20 log2 bins)
   stack S     RDX's converted stack-distance histogram vs the exact Olken histogram
@@ -28,15 +29,21 @@ Targets (issue #14): stack S >= 0.90 on every program, median >= 0.95.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import write_text  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
 APPS = os.path.join(ROOT, "scripts", "apps", "build")
 
-# name: (program, arguments, what it shows, (the argument that sets its length, default))
+# name: (program, arguments, what it shows, (the argument that sets its length, default)).
+# A program not in scripts/apps is looked up on PATH; the length "text" is the size in bytes
+# of a seeded pseudo-text file (scripts/benchlib.py) given as the last argument.
 PROGRAMS = {
     "reuse_loops": ("reuse_loops", [], "RDX Listing 1: two sweeps, two reuse peaks",
                     ("--reps", 20)),
@@ -46,17 +53,38 @@ PROGRAMS = {
     "rowcol": ("rowcol", ["--order=col"], "2-D array traversed column-major", ("--reps", 4)),
     "ptrchase": ("ptrchase", ["--shuffle=1"], "linked list in shuffled order", ("--reps", 8)),
     "spmv": ("spmv", ["--rows=4096", "--nnz=16"], "CSR SpMV", ("--iters", 8)),
+    "gzip": ("gzip", ["-6", "-c"], "Debian's gzip compressing text (nobody here wrote it)",
+             ("text", 1_000_000)),
 }
 
 
-def arguments(name, longer):
-    """The program's arguments for a run `longer` times its default length (the same data)."""
+def program(name):
+    """The program's path: built in scripts/apps, or found on PATH."""
+    exe = PROGRAMS[name][0]
+    built = os.path.join(APPS, exe)
+    found = built if os.path.exists(built) else shutil.which(exe)
+    if not found:
+        sys.exit(f"{name}: neither {built} nor {exe} on PATH")
+    return found
+
+
+def arguments(name, longer, work):
+    """The program's arguments for a run `longer` times its default length (the same data;
+    for a text input, `longer` times the text)."""
     _, args, _, (flag, default) = PROGRAMS[name]
+    if flag == "text":
+        path = os.path.join(work, f"text-{default * longer}.txt")
+        if not os.path.exists(path):
+            write_text(path, default * longer)
+        return args + [path]
     return args + [f"{flag}={default * longer}"]
 
 
-def run(cmd, **kw):
-    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+def run(cmd, quiet_stdout=False, **kw):
+    """Runs `cmd`; its stdout (None when `quiet_stdout`: the traced program's own output,
+    gzip's compressed bytes, goes there too)."""
+    out = subprocess.DEVNULL if quiet_stdout else subprocess.PIPE
+    res = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, **kw)
     if res.returncode != 0:
         sys.exit(f"failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr}")
     return res.stdout
@@ -65,8 +93,8 @@ def run(cmd, **kw):
 def capture(work, name, longer):
     trace = os.path.join(work, f"{name}.mgbt" if longer == 1 else f"{name}-x{longer}.mgbt")
     if not os.path.exists(trace):
-        run([MGBENCH, "capture", "--quiet", "--full", "-o", trace, "--",
-             os.path.join(APPS, PROGRAMS[name][0])] + arguments(name, longer))
+        run([MGBENCH, "capture", "--quiet", "--full", "-o", trace, "--", program(name)]
+            + arguments(name, longer, work), quiet_stdout=True)
     return trace
 
 
@@ -88,8 +116,8 @@ def live(work, name, period, seed, args):
     out = os.path.join(work, f"{name}-live.json")
     run([MGBENCH, "reuse", "--quiet", "--period", str(period), "--seed", str(seed),
          "--watchpoints", str(args.watchpoints), "--attribution", args.attribution,
-         "-o", out, "--", os.path.join(APPS, PROGRAMS[name][0])]
-        + arguments(name, args.longer))
+         "-o", out, "--", program(name)]
+        + arguments(name, args.longer, work), quiet_stdout=True)
     with open(out) as f:
         return json.load(f)
 
@@ -107,7 +135,8 @@ def main():
     ap.add_argument("--skip-build", action="store_true")
     ap.add_argument("--longer", type=int, default=1, metavar="K",
                     help="run each program K times its default length on the same data "
-                         "(more repetitions or iterations; hotcold: K times the accesses)")
+                         "(more repetitions or iterations; hotcold: K times the accesses; "
+                         "gzip: K times the text)")
     ap.add_argument("--live", action="store_true",
                     help="also run live RDX on each program and compare it")
     args = ap.parse_args()
