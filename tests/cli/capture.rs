@@ -1001,6 +1001,28 @@ fn cpu_has(flag: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// On a CPU without AVX-512: `capture --full [backend] gather512` into dir/g.mgbt must end
+/// with the program's SIGILL as its exit status and in the trace, keeping what was recorded
+/// before it. Returns the capture's stderr.
+fn capture_killed_by_sigill(dir: &Path, backend: &[&str]) -> String {
+    let prog = app("gather512");
+    let mut args = vec!["capture", "--quiet"];
+    args.extend(backend);
+    args.extend(["--full", "-o", "g.mgbt", prog.as_str()]);
+    let o = mgbench(&args, dir);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(128 + 4), "{e}");
+    assert!(e.contains("killed by SIGILL"), "{e}");
+    let t = read_trace(&dir.join("g.mgbt"));
+    assert!(
+        t.end.as_ref().is_some_and(|end| end.signal == Some(4)),
+        "{:?}",
+        t.end
+    );
+    assert!(t.chunks.iter().any(|c| !c.accesses.is_empty()));
+    e
+}
+
 #[test]
 fn ptrace_records_avx512_gathers_lane_by_lane() {
     // scripts/apps/build.sh builds gather512 wherever gcc targets AVX-512 (Debian 12's does).
@@ -1013,28 +1035,7 @@ fn ptrace_records_avx512_gathers_lane_by_lane() {
         // Machines of this kind usually have AVX-512, some instances do not (seen
         // 2026-11-24). There the lanes cannot be checked; what ptrace must do is report the
         // program's SIGILL and keep what it recorded before it.
-        let o = mgbench(
-            &[
-                "capture",
-                "--quiet",
-                "--backend",
-                "ptrace",
-                "--full",
-                "-o",
-                "g.mgbt",
-                &app("gather512"),
-            ],
-            &dir,
-        );
-        assert_eq!(o.status.code(), Some(128 + 4), "{}", stderr(&o));
-        assert!(stderr(&o).contains("killed by SIGILL"), "{}", stderr(&o));
-        let t = read_trace(&dir.join("g.mgbt"));
-        assert!(
-            t.end.as_ref().is_some_and(|e| e.signal == Some(4)),
-            "{:?}",
-            t.end
-        );
-        assert!(t.chunks.iter().any(|c| !c.accesses.is_empty()));
+        capture_killed_by_sigill(&dir, &["--backend", "ptrace"]);
         return;
     }
     let o = mgbench(
@@ -1250,21 +1251,8 @@ fn auto_backend_says_which_and_why_and_falls_back_on_avx512() {
         // 2026-11-24). There no backend can run AVX-512 code (ptrace runs it natively), so
         // auto keeps QEMU, and the program's SIGILL is reported with what was recorded
         // before it, in the exit status and in the trace.
-        let o = mgbench(
-            &[
-                "capture",
-                "--quiet",
-                "--full",
-                "-o",
-                "g.mgbt",
-                &app("gather512"),
-            ],
-            &dir,
-        );
-        assert_eq!(o.status.code(), Some(128 + 4), "{}", stderr(&o));
-        let e = stderr(&o);
+        let e = capture_killed_by_sigill(&dir, &[]);
         assert!(e.contains("backend qemu (auto: "), "{e}");
-        assert!(e.contains("killed by SIGILL"), "{e}");
         let t = info("g.mgbt");
         assert!(t.contains("program      killed by SIGILL"), "{t}");
         let n: u64 = t
