@@ -25,10 +25,15 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(input).display());
     }
     println!("cargo:rerun-if-env-changed=MGBENCH_SKIP_PLUGIN_EMBED");
+    println!("cargo:rerun-if-env-changed=CI");
     let embedded = out.join(PLUGIN_FILE);
     // Escape hatch for environments that cannot run a nested build (the binary then looks
     // for the plugin beside itself, as before).
     if std::env::var_os("MGBENCH_SKIP_PLUGIN_EMBED").is_some() {
+        // CI must test the binary users get: the embedded plugin, not a fallback.
+        if std::env::var_os("CI").is_some() {
+            panic!("MGBENCH_SKIP_PLUGIN_EMBED is set under CI: unset it (CI tests the embedded plugin)");
+        }
         std::fs::write(&embedded, []).expect("write OUT_DIR");
         return;
     }
