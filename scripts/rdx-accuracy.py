@@ -16,8 +16,12 @@ medians over seeds of
 With --live, each program also runs under live RDX (`mgbench reuse -- PROGRAM`: QEMU,
 inline access counter, hardware watchpoints) at the same period and seeds, and the words rows
 get its time S and stack S against the same exact histograms (live S, and the live samples).
+--live-period auto runs live at its own default instead, the adaptive period (from 4096,
+doubled every 128 samples, lengthened where samples are costly); the live columns then also
+give the live runs' effective samples.
 
     python3 scripts/rdx-accuracy.py [--periods auto,1024,8192] [--seeds 5] [--live]
+                                    [--live-period same|auto]
                                     [--watchpoints 4] [--attribution ht] [--skip-build]
                                     [--longer K] [--work DIR] [--json FILE]
 
@@ -114,7 +118,8 @@ def accuracy(exact, est):
 def live(work, name, period, seed, args):
     """A live RDX run of the program; its report."""
     out = os.path.join(work, f"{name}-live.json")
-    run([MGBENCH, "reuse", "--quiet", "--period", str(period), "--seed", str(seed),
+    fixed = [] if args.live_period == "auto" else ["--period", str(period)]
+    run([MGBENCH, "reuse", "--quiet", *fixed, "--seed", str(seed),
          "--watchpoints", str(args.watchpoints), "--attribution", args.attribution,
          "-o", out, "--", program(name)]
         + arguments(name, args.longer, work), quiet_stdout=True)
@@ -139,6 +144,9 @@ def main():
                          "gzip: K times the text)")
     ap.add_argument("--live", action="store_true",
                     help="also run live RDX on each program and compare it")
+    ap.add_argument("--live-period", choices=["same", "auto"], default="same",
+                    help="live runs at the trace-driven period (same) or at live's own "
+                         "default, the adaptive period (auto)")
     args = ap.parse_args()
     if not args.skip_build:
         run(["cargo", "build", "--release", "--quiet"], cwd=ROOT)
@@ -193,8 +201,12 @@ def main():
                     row["live_stack_s"] = statistics.median(ls)
                     row["live_stack_s_min"] = min(ls)
                     row["live_samples"] = statistics.median(v["words"]["samples"] for v in lives)
+                    row["live_effective"] = statistics.median(
+                        v["words"].get("effective_samples") or 0 for v in lives)
                     extra = (f" {row['live_time_s']:>11.3f} {row['live_stack_s']:>12.3f}"
-                             f" {row['live_samples']:>8.0f}")
+                             f" {row['live_samples']:>8.0f}"
+                             + (f" ({row['live_effective']:.0f} eff.)"
+                                if args.live_period == "auto" else ""))
                 rows.append(row)
                 print(f"{name:<12} {row['accesses']:>10} {row['period']:>7} {unit:<5} "
                       f"{row['samples']:>7.0f} {row['traps']:>6.0f} {row['effective']:>5.0f} "

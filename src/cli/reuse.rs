@@ -50,7 +50,9 @@ pub struct ReuseArgs {
     /// Accesses between samples on average (RDX used 500K to 10M). Default over a trace:
     /// its accesses / 1000, within 64..1M (about 1000 samples whatever its length: RDX
     /// needs periods near the reuse times it measures, many more samples only replace each
-    /// other in the few registers).
+    /// other in the few registers). Default live: adaptive, from 4096, doubled every 128
+    /// samples and lengthened so that samples that make QEMU retranslate cost about 5% of
+    /// the run; each sample stands for its period's accesses.
     #[arg(long, value_parser = non_negative)]
     period: Option<usize>,
     /// Sample gaps are drawn from PERIOD x [1 - J, 1 + J].
@@ -88,8 +90,8 @@ pub struct ReuseArgs {
     /// else under QEMU.
     #[arg(long, value_enum, default_value_t = LiveBackend::Auto)]
     backend: LiveBackend,
-    /// A program to measure live: one sample every PERIOD accesses (default 2^22) and the
-    /// machine's debug registers as watchpoints; no trace is written. Under QEMU (an inline
+    /// A program to measure live: one sample every PERIOD accesses (default adaptive, see
+    /// --period) and the machine's debug registers as watchpoints; no trace is written. Under QEMU (an inline
     /// access counter) sampling stops when a second thread starts; natively only the main
     /// thread is sampled.
     #[arg(trailing_var_arg = true, value_name = "PROGRAM")]
@@ -115,11 +117,12 @@ impl ReuseArgs {
     }
 }
 
-/// The default period of a live run: each sample costs two retranslations of the program's
-/// hot code under QEMU (0.4-1.5 ms here), so samples must be rarer than over a trace to keep
-/// the run near bare QEMU's speed (scripts/bench-rdx-live.py: 1.06-1.3x at 2^22, 1.2-1.6x at
-/// 2^20).
-const LIVE_PERIOD: u64 = 1 << 22;
+/// The first period of a live run's adaptive default: the run's length is unknown, so it
+/// starts dense (short runs get samples; gaps under 2^18 stay in memory callbacks, which
+/// cost no retranslation) and the plugin doubles it every 128 samples and lengthens it where
+/// a sample makes QEMU translate much code again (each costs two retranslations of the hot
+/// code, 0.4-5 ms here).
+const LIVE_FIRST_PERIOD: u64 = 1 << 12;
 
 /// Samples a trace-driven run aims for when no `--period` is given.
 const AUTO_SAMPLES: u64 = 1_000;
@@ -134,7 +137,7 @@ pub fn run(args: ReuseArgs) -> Result<i32> {
         (Some(p), _) => p as u64,
         (None, Some(trace)) => mgbench_capture::trace::read_end_info(trace)
             .map_or(1 << 16, |e| auto_period(e.recorded)),
-        (None, None) => LIVE_PERIOD,
+        (None, None) => LIVE_FIRST_PERIOD,
     };
     let rdx = args.rdx_config(period);
     if let Err(e) = rdx.validate() {
@@ -204,6 +207,7 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
         args: args.program[1..].iter().map(Into::into).collect(),
         events: events.path.clone(),
         period: rdx.period,
+        adaptive: args.period.is_none(),
         jitter: rdx.jitter,
         watchpoints: rdx.watchpoints,
         seed: rdx.seed,
@@ -376,10 +380,17 @@ fn granularity(g: &GranularityReport, out: &mut impl Write) -> std::io::Result<(
 }
 
 fn table(r: &ReuseReport, out: &mut impl Write) -> std::io::Result<()> {
+    let (every, how) = match r.adaptive_period {
+        Some(a) => (
+            format!("every {} to {} accesses", a.min, a.max),
+            "adaptive, ",
+        ),
+        None => (format!("every {} accesses", r.config.period), ""),
+    };
     writeln!(
         out,
-        "{}: {} accesses in {} thread(s); RDX sampling every {} accesses (jitter {}), {} watchpoint(s), seed {}",
-        r.trace, r.accesses, r.threads, r.config.period, r.config.jitter, r.config.watchpoints, r.config.seed
+        "{}: {} accesses in {} thread(s); RDX sampling {every} ({how}jitter {}), {} watchpoint(s), seed {}",
+        r.trace, r.accesses, r.threads, r.config.jitter, r.config.watchpoints, r.config.seed
     )?;
     writeln!(out)?;
     granularity(&r.words, out)?;

@@ -151,6 +151,18 @@ pub struct ReuseReport {
     pub lines: Option<GranularityReport>,
     pub pairs: Vec<InstructionPair>,
     pub notes: Vec<String>,
+    /// A live run's adaptive period (the default there): `config.period` is its first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive_period: Option<AdaptivePeriod>,
+}
+
+/// The periods a live run's samples were drawn from, where the period adapted to the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdaptivePeriod {
+    pub min: u64,
+    pub max: u64,
+    /// Blocks QEMU translated again over the run (after the switches samples make).
+    pub retranslated_blocks: Option<u64>,
 }
 
 /// Per granularity and thread: the sampler, its pairs by when their use was, the thread's
@@ -376,6 +388,29 @@ fn retranslation(blocks: u64, samples: u64) -> Option<String> {
     })
 }
 
+/// The note of a live run whose period adapted: what it did and what it cost.
+fn adaptive_note(a: &AdaptivePeriod, samples: u64, effective: Option<f64>) -> String {
+    let blocks = match a.retranslated_blocks {
+        Some(b) if samples > 0 => format!(
+            "; QEMU translated {b} blocks again, about {:.0} per sample",
+            b as f64 / samples as f64
+        ),
+        _ => String::new(),
+    };
+    let thin = if effective.is_some_and(|e| e < STEADY_EFFECTIVE) {
+        format!(
+            "; the long periods' few samples carry most of the weight: a fixed --period (e.g. {}) takes more of them, at more cost",
+            (a.max / 16).max(1)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "live: adaptive period, {} to {} accesses over {samples} samples (dense at first, so that short runs get samples, then doubling, and longer where each sample made QEMU translate much code again{blocks}); each sample stands for its period's accesses; --period P fixes it{thin}",
+        a.min, a.max
+    )
+}
+
 /// Effective samples below which a histogram changes much from seed to seed (over 5 seeds of
 /// scripts/rdx-accuracy.py, words: hotcold at 4-5 effective samples ranged over stack S
 /// 0.06-0.90, rowcol at 8-13 over 0.66-0.94; from 28 on, spmv 0.76-0.90, reuse_loops
@@ -515,6 +550,7 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
         lines: Some(lines_report),
         pairs,
         notes,
+        adaptive_period: None,
     })
 }
 
@@ -558,6 +594,8 @@ pub fn reuse_live(
     let mut notes = Vec::new();
     let mut accesses = None;
     let mut blocks = None;
+    let mut adaptive = false;
+    let mut periods: Option<(u64, u64)> = None;
     let mut last_time = 0u64;
     let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
     for (n, line) in text.lines().enumerate() {
@@ -577,6 +615,7 @@ pub fn reuse_live(
                 rdx.jitter = jitter;
                 rdx.watchpoints = watch;
                 rdx.seed = seed;
+                adaptive = f.get(4) == Some(&"adaptive");
                 sampler = Some(Sampler::new(rdx, seed));
             }
             "S" => {
@@ -593,7 +632,20 @@ pub fn reuse_live(
                     Some(k) => Some(k.parse::<usize>().map_err(|_| bad(n, line))?),
                     None => return Err(bad(n, line)),
                 };
-                s.sample_placed(ip, addr, now, register);
+                // The mean gap this sample was drawn from (an adaptive run's own; else the
+                // header's).
+                let period = match f.get(4) {
+                    Some(v) => v
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|&p| p > 0)
+                        .ok_or_else(|| bad(n, line))?,
+                    None => rdx.period,
+                };
+                periods = Some(periods.map_or((period, period), |(lo, hi): (u64, u64)| {
+                    (lo.min(period), hi.max(period))
+                }));
+                s.sample_placed(ip, addr, now, register, period);
                 last_time = now;
             }
             "T" => {
@@ -638,7 +690,18 @@ pub fn reuse_live(
     let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses);
     notes.extend(few_samples(words.samples));
     notes.extend(thin_samples(&words));
-    notes.extend(blocks.and_then(|b| retranslation(b, words.samples)));
+    let adaptive_period = adaptive.then(|| {
+        let (min, max) = periods.unwrap_or((rdx.period, rdx.period));
+        AdaptivePeriod {
+            min,
+            max,
+            retranslated_blocks: blocks,
+        }
+    });
+    match adaptive_period {
+        Some(a) => notes.push(adaptive_note(&a, words.samples, words.effective_samples)),
+        None => notes.extend(blocks.and_then(|b| retranslation(b, words.samples))),
+    }
     notes.push(
         "live: the reusing instruction is not recorded (under QEMU the watchpoint fires in generated code); cache lines need a trace (mgbench reuse --rdx)".into(),
     );
@@ -669,6 +732,7 @@ pub fn reuse_live(
         lines: None,
         pairs,
         notes,
+        adaptive_period,
     })
 }
 
@@ -723,6 +787,62 @@ mod tests {
         assert_eq!(reused.mean_time, Some(20.0));
         assert!(reused.reuse_ip.is_none());
         std::fs::remove_file(&p).ok();
+    }
+
+    #[test]
+    fn an_adaptive_live_run_weighs_each_sample_by_its_period() {
+        // Two uses reused after 5 accesses at a period of 10, one reused after 5000 at a
+        // period of 40: the long reuse stands for 4 uses, so it is 4/6 of the reuses, where
+        // counting traps would make it 1/3.
+        let p = events(
+            "adaptive",
+            "H 10 0.5 1 3 adaptive\n\
+             S 0x1 0x1000 10 0 10\n\
+             T 0 15\n\
+             S 0x1 0x2000 20 0 10\n\
+             T 0 25\n\
+             S 0x1 0x3000 60 0 40\n\
+             T 0 5060\n\
+             B 12\n\
+             E 6000\n",
+        );
+        let cfg = ReuseConfig {
+            exact: false,
+            ..ReuseConfig::default()
+        };
+        let r = reuse_live(&p, "prog", &cfg).unwrap();
+        std::fs::remove_file(&p).ok();
+        assert_eq!(r.config.period, 10, "the first period");
+        assert_eq!(
+            r.adaptive_period,
+            Some(AdaptivePeriod {
+                min: 10,
+                max: 40,
+                retranslated_blocks: Some(12)
+            })
+        );
+        // 5 lies in RDX's first bin [0, 4K), 5000 in the second [4K, 8K).
+        let time: Vec<f64> = r.words.rdx_bins.iter().map(|b| b.time).collect();
+        assert!((time[0] - 2.0 / 6.0).abs() < 1e-9, "{time:?}");
+        assert!((time[1] - 4.0 / 6.0).abs() < 1e-9, "{time:?}");
+        let note = r
+            .notes
+            .iter()
+            .find(|n| n.contains("adaptive period"))
+            .unwrap_or_else(|| panic!("{:?}", r.notes));
+        assert!(note.contains("10 to 40 accesses over 3 samples"), "{note}");
+        assert!(
+            note.contains("12 blocks again") && note.contains("--period"),
+            "{note}"
+        );
+        // A sample line with a period of 0 is refused.
+        let bad = events(
+            "adaptive-bad",
+            "H 10 0.5 1 3 adaptive\nS 0x1 0x1000 10 0 0\n",
+        );
+        let e = reuse_live(&bad, "prog", &cfg).unwrap_err().to_string();
+        std::fs::remove_file(&bad).ok();
+        assert!(e.contains("line 2"), "{e}");
     }
 
     #[test]

@@ -122,6 +122,7 @@ impl Config {
             watch: rdx::MAX_WATCH,
             seed: 1,
             jitter: 0.5,
+            adaptive: false,
         };
         let num = |k: &str, v: &str| -> Result<u64, String> {
             let parsed = match v.strip_prefix("0x") {
@@ -147,6 +148,7 @@ impl Config {
                 "rdx_watch" => rdx.watch = num(k, v)? as usize,
                 "rdx_seed" => rdx.seed = num(k, v)?,
                 "rdx_jitter" => rdx.jitter = rdx::parse_jitter(k, v)?,
+                "rdx_adaptive" => rdx.adaptive = num(k, v)? != 0,
                 "exe_base" => c.exe_base = num(k, v)?,
                 "level" => {
                     c.level = v
@@ -638,7 +640,8 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     if rdx::stopped() {
         return;
     }
-    rdx::translated();
+    // SAFETY: `tb` is valid during this callback.
+    rdx::translated(unsafe { qemu_plugin_tb_vaddr(tb) });
     if switch::mode() == switch::Mode::Count {
         register_counting(tb);
         return;
@@ -1055,8 +1058,8 @@ pub unsafe extern "C" fn qemu_plugin_install(
         }
     };
     if let Some(r) = cfg.rdx {
-        let started =
-            rdx::init(&cfg.out, r).and_then(|()| switch::init(id, r.period >= switch::MIN_SKIP));
+        let started = rdx::init(&cfg.out, r)
+            .and_then(|()| switch::init(id, r.adaptive || r.period >= rdx::MIN_INLINE));
         if let Err(e) = started {
             sys::outs(&e);
             return 1;
@@ -1158,6 +1161,7 @@ fn register_callbacks(id: qemu_plugin_id_t) {
 /// credit what the counter holds and register the callbacks again (a reset removed them).
 pub(crate) extern "C" fn on_reset(id: qemu_plugin_id_t) {
     if rdx::active() {
+        rdx::flushed();
         switch::on_reset(|_, n| rdx::credit(n));
         register_rdx_callbacks(id);
         return;

@@ -98,6 +98,7 @@ impl NativeConfig {
             watch: rdx::MAX_WATCH,
             seed: 1,
             jitter: 0.5,
+            adaptive: false,
         };
         let num = |k: &str, v: &str| -> Result<u64, String> {
             v.parse().map_err(|_| format!("{k}={v}: not a number"))
@@ -119,6 +120,7 @@ impl NativeConfig {
                 "watch" => args.watch = num(k, v)? as usize,
                 "seed" => args.seed = num(k, v)?,
                 "jitter" => args.jitter = rdx::parse_jitter(k, v)?,
+                "adaptive" => args.adaptive = num(k, v)? != 0,
                 "sampler" => {
                     sampler =
                         Some(NativeSampler::from_name(v).ok_or_else(|| {
@@ -303,7 +305,7 @@ mod tests {
     #[test]
     fn config_parsing() {
         let c = NativeConfig::parse(
-            "period=4096,watch=2,seed=9,jitter=0.25,sampler=page-faults,events=/tmp/a,b.txt",
+            "period=4096,adaptive=1,watch=2,seed=9,jitter=0.25,sampler=page-faults,events=/tmp/a,b.txt",
         )
         .unwrap();
         assert_eq!(c.events, "/tmp/a,b.txt");
@@ -313,7 +315,8 @@ mod tests {
                 period: 4096,
                 watch: 2,
                 seed: 9,
-                jitter: 0.25
+                jitter: 0.25,
+                adaptive: true,
             }
         );
         assert_eq!(c.sampler, NativeSampler::PageFaults);

@@ -39,11 +39,18 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static STOPPED: AtomicBool = AtomicBool::new(false);
 /// Accesses counted outside the counter's uncredited part (callbacks, and credits).
 static TIME: AtomicU64 = AtomicU64::new(0);
-/// Blocks QEMU translated after the first sample (most of a sample's cost: every switch
-/// flushes them all, and the program's hot code is translated again); the program's start-up
-/// translations before it are not the sampler's.
-static TRANSLATED: AtomicU64 = AtomicU64::new(0);
-static SAMPLED: AtomicBool = AtomicBool::new(false);
+/// Blocks QEMU translated again after a flush of ours (most of a sample's cost: every switch
+/// flushes them all, and the program's hot code is translated again). First translations of
+/// new code are the program's own, and so are QEMU's own retranslations between flushes
+/// (other CPU flags, a block cut short by a fault: 1334 in the start of Debian's sort).
+static RETRANSLATED: AtomicU64 = AtomicU64::new(0);
+/// Accesses when a second thread stopped sampling (0: it did not).
+static STOP_TIME: AtomicU64 = AtomicU64::new(0);
+/// Flushes so far (switches between counting and callbacks).
+static FLUSHES: AtomicU64 = AtomicU64::new(0);
+/// Guest addresses of the blocks translated so far, with the flush count at their last
+/// translation.
+static SEEN: Mutex<Option<std::collections::HashMap<u64, u64>>> = Mutex::new(None);
 /// Registers armed now (for the signal handler).
 static ARMED: [AtomicBool; MAX_WATCH] = [const { AtomicBool::new(false) }; MAX_WATCH];
 /// Traps not yet logged: `register << 56 | time`.
@@ -52,13 +59,51 @@ static TRAPS_IN: AtomicUsize = AtomicUsize::new(0);
 /// The registers' perf descriptors (for the signal handler).
 static WATCH_FDS: [AtomicI32; MAX_WATCH] = [const { AtomicI32::new(-1) }; MAX_WATCH];
 
-/// How live RDX samples (plugin arguments `rdx=PERIOD,rdx_watch=W,rdx_seed=S,rdx_jitter=J`).
+/// How live RDX samples (plugin arguments `rdx=PERIOD,rdx_watch=W,rdx_seed=S,rdx_jitter=J`,
+/// and `rdx_adaptive=1` for the adaptive period, which starts at PERIOD).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RdxArgs {
     pub period: u64,
     pub watch: usize,
     pub seed: u64,
     pub jitter: f64,
+    pub adaptive: bool,
+}
+
+/// The adaptive period doubles after this many samples: a run of any length gets a few
+/// hundred samples early on (a short command-line run as well as a long solver; 640 in the
+/// first 15.9 M accesses, counted in callbacks at 3.6-10 ns an access), and about
+/// `AUTO_STAGE` more per doubling of its length (64 gave the live histograms of
+/// scripts/rdx-accuracy.py a median stack S of 0.885 over its seven programs, 128 gave 0.938).
+pub const AUTO_STAGE: u64 = 128;
+/// Gaps of this many accesses and more are counted inline, shorter ones by the memory
+/// callbacks: a sample that interrupts inline counting costs two flushes, about 0.4 ms,
+/// which is what 2^17 accesses cost in callbacks (3.6 ns each on the integer gather, up to
+/// 10 ns on floating-point code).
+pub const MIN_INLINE: u64 = 1 << 17;
+/// Under QEMU a sample that interrupts inline counting costs two flushes of the code cache:
+/// about this much wall time whatever the program (0.4-0.5 ms on the demo kernels here,
+/// scripts/bench-rdx-live.py) ...
+pub const SAMPLE_SECONDS: f64 = 4e-4;
+/// ... plus this much per block QEMU translates again afterwards (gzip: ~300 blocks and
+/// 3.3-5.6 ms a sample).
+pub const BLOCK_SECONDS: f64 = 1.5e-5;
+/// The share of the run's time the adaptive period lets such samples take.
+pub const AUTO_COST: f64 = 0.05;
+
+/// The period of the next gap: `first` doubled every [`AUTO_STAGE`] samples, and, where the
+/// gaps are counted inline (`MIN_INLINE` and more), at least what keeps a sample's
+/// cost (`SAMPLE_SECONDS`, plus `BLOCK_SECONDS` for each of the `retranslated` blocks of the
+/// last gap) within [`AUTO_COST`] of the time the program takes at `rate` accesses a second.
+pub fn adaptive_period(first: u64, samples: u64, retranslated: u64, rate: Option<f64>) -> u64 {
+    let stage = (samples / AUTO_STAGE).min(40) as u32;
+    let doubled = first.saturating_mul(1u64 << stage);
+    if doubled < MIN_INLINE {
+        return doubled;
+    }
+    let cost = SAMPLE_SECONDS + retranslated as f64 * BLOCK_SECONDS;
+    let floor = rate.map_or(0.0, |r| r * cost / AUTO_COST);
+    doubled.max(floor.min(1e18) as u64)
 }
 
 /// A sample-gap jitter setting (`key=v`): a fraction in [0, 1).
@@ -74,7 +119,14 @@ struct State {
     args: RdxArgs,
     out: File,
     rng: u64,
-    skip_left: u64,
+    /// Mean gap to the next sample (the fixed period, or the adaptive one).
+    period: u64,
+    /// Samples taken (placed or dropped).
+    samples: u64,
+    /// `RETRANSLATED` at the last sample.
+    retranslated_mark: u64,
+    /// When the last sample was, and at which access (the run's rate between samples).
+    last_sample: Option<(std::time::Instant, u64)>,
     started: bool,
     since: Vec<u64>,
     busy: Vec<bool>,
@@ -94,7 +146,7 @@ impl State {
 
     /// Accesses to the next sample: uniform in `period x [1 - jitter, 1 + jitter]`.
     fn gap(&mut self) -> u64 {
-        let p = self.args.period as f64;
+        let p = self.period as f64;
         let lo = p * (1.0 - self.args.jitter);
         let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
         ((lo + u * 2.0 * p * self.args.jitter).round() as u64).max(1)
@@ -155,8 +207,26 @@ impl State {
             }
             self.log_maps();
         }
-        SAMPLED.store(true, Ordering::Relaxed);
         self.drain_traps();
+        // The gap that led here was drawn from `period`: the sample stands for that many.
+        let period = self.period;
+        self.samples += 1;
+        if self.args.adaptive {
+            let now_re = RETRANSLATED.load(Ordering::Relaxed);
+            let re = now_re - self.retranslated_mark;
+            self.retranslated_mark = now_re;
+            let t = std::time::Instant::now();
+            // Natively a sample costs a signal, not a flush: the doubling alone.
+            let rate = match (self.last_sample, NATIVE_COUNTER.load(Ordering::Acquire)) {
+                (Some((t0, n0)), -1) => {
+                    let secs = t.duration_since(t0).as_secs_f64();
+                    (secs > 0.0).then(|| now.saturating_sub(n0) as f64 / secs)
+                }
+                _ => None,
+            };
+            self.last_sample = Some((t, now));
+            self.period = adaptive_period(self.args.period, self.samples, re, rate);
+        }
         let w = self.busy.len();
         for k in 0..w {
             if self.busy[k] {
@@ -199,9 +269,9 @@ impl State {
                 return;
             }
             self.busy[k] = true;
-            self.log(format_args!("S {ip:#x} {addr:#x} {now} {k}\n"));
+            self.log(format_args!("S {ip:#x} {addr:#x} {now} {k} {period}\n"));
         } else {
-            self.log(format_args!("S {ip:#x} {addr:#x} {now} -\n"));
+            self.log(format_args!("S {ip:#x} {addr:#x} {now} - {period}\n"));
         }
     }
 
@@ -332,7 +402,10 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
         args,
         out: file,
         rng: args.seed ^ 0x5eed,
-        skip_left: 0,
+        period: args.period,
+        samples: 0,
+        retranslated_mark: 0,
+        last_sample: None,
         started: false,
         since: vec![0; args.watch],
         busy: vec![false; args.watch],
@@ -340,10 +413,14 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
         watch: Vec::new(),
         traps_out: 0,
     };
-    st.skip_left = st.gap();
+    SKIP_LEFT.store(st.gap(), Ordering::Release);
     st.log(format_args!(
-        "H {} {} {} {}\n",
-        args.period, args.jitter, args.watch, args.seed
+        "H {} {} {} {}{}\n",
+        args.period,
+        args.jitter,
+        args.watch,
+        args.seed,
+        if args.adaptive { " adaptive" } else { "" }
     ));
     *STATE
         .lock()
@@ -354,9 +431,19 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
 
 /// Every access while callbacks are in (one sample, then the accesses until the switch back
 /// to counting lands).
+///
+/// Most calls only count: while sampling, the guest has one thread, so only this vCPU
+/// thread writes `TIME` and `SKIP_LEFT` (credits come with every vCPU stopped), and plain
+/// loads and stores do (short adaptive periods run whole stretches in callbacks).
 pub extern "C" fn mem_cb(_vcpu: u32, _info: u32, addr: u64, udata: *mut std::ffi::c_void) {
-    let now = TIME.fetch_add(1, Ordering::AcqRel);
     if STOPPED.load(Ordering::Acquire) {
+        return;
+    }
+    let now = TIME.load(Ordering::Acquire);
+    TIME.store(now + 1, Ordering::Release);
+    let left = SKIP_LEFT.load(Ordering::Acquire);
+    if left > 0 && STARTED.load(Ordering::Acquire) {
+        SKIP_LEFT.store(left - 1, Ordering::Release);
         return;
     }
     let Ok(mut guard) = STATE.lock() else {
@@ -366,18 +453,30 @@ pub extern "C" fn mem_cb(_vcpu: u32, _info: u32, addr: u64, udata: *mut std::ffi
         return;
     };
     if !st.started {
-        // The run begins in callbacks: count the first gap inline.
+        // The run begins in callbacks: count the first gap inline if it is long.
         st.started = true;
-        switch::window_closed();
-    }
-    if st.skip_left > 0 {
-        st.skip_left -= 1;
-        return;
+        STARTED.store(true, Ordering::Release);
+        if left >= MIN_INLINE {
+            switch::window_closed();
+        }
+        if left > 0 {
+            SKIP_LEFT.store(left - 1, Ordering::Release);
+            return;
+        }
     }
     st.sample(udata as u64, addr, now);
-    st.skip_left = st.gap() - 1;
-    switch::window_closed();
+    let next = st.gap() - 1;
+    SKIP_LEFT.store(next, Ordering::Release);
+    // Short gaps stay in callbacks: two retranslations would cost more than they save.
+    if next >= MIN_INLINE {
+        switch::window_closed();
+    }
 }
+
+/// Accesses to the next sample (counted down by the callbacks, credited by `credit`).
+static SKIP_LEFT: AtomicU64 = AtomicU64::new(0);
+/// The first callback ran.
+static STARTED: AtomicBool = AtomicBool::new(false);
 
 /// Accesses over which a sample that came due while counting inline is spread (see
 /// [`credit`]).
@@ -395,21 +494,35 @@ pub fn credit(n: u64) -> u64 {
     TIME.fetch_add(n, Ordering::AcqRel);
     match STATE.lock() {
         Ok(mut g) => g.as_mut().map_or(0, |st| {
-            st.skip_left = st.skip_left.saturating_sub(n);
-            if st.skip_left == 0 {
-                st.skip_left = st.next() % LATE_SPREAD;
+            let mut left = SKIP_LEFT.load(Ordering::Acquire).saturating_sub(n);
+            if left == 0 {
+                left = st.next() % LATE_SPREAD;
             }
-            st.skip_left
+            SKIP_LEFT.store(left, Ordering::Release);
+            left
         }),
         Err(_) => 0,
     }
 }
 
-/// QEMU translates a block while sampling is on (counted for the report).
-pub fn translated() {
-    if SAMPLED.load(Ordering::Relaxed) {
-        TRANSLATED.fetch_add(1, Ordering::Relaxed);
+/// QEMU translates the block at guest address `vaddr` (counted when a flush of ours made it
+/// translate it again: the adaptive period and the report use them).
+pub fn translated(vaddr: u64) {
+    let Ok(mut seen) = SEEN.lock() else {
+        return;
+    };
+    let flushes = FLUSHES.load(Ordering::Acquire);
+    let before = seen
+        .get_or_insert_with(Default::default)
+        .insert(vaddr, flushes);
+    if before.is_some_and(|f| f != flushes) {
+        RETRANSLATED.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// QEMU flushed its translations at our request (a switch).
+pub fn flushed() {
+    FLUSHES.fetch_add(1, Ordering::AcqRel);
 }
 
 /// A second guest thread starts: stop sampling (the counter cannot tell threads apart).
@@ -425,6 +538,7 @@ pub fn second_thread() {
         }
     }
     let now = now();
+    STOP_TIME.store(now, Ordering::Release);
     if let Ok(mut g) = STATE.lock() {
         if let Some(st) = g.as_mut() {
             st.drain_traps();
@@ -437,7 +551,12 @@ pub fn second_thread() {
 
 /// At exit (every vCPU stopped): log the traps left, the mappings and the access count.
 pub fn finish() {
-    let now = now();
+    // The accesses sampled from: up to a second thread's start, where sampling stopped (the
+    // shared counter goes on counting every thread's accesses until QEMU flushes it).
+    let now = match STOP_TIME.load(Ordering::Acquire) {
+        0 => now(),
+        t => t,
+    };
     // try_lock: `_exit` may come from a signal handler that interrupted a holder.
     if let Ok(mut g) = STATE.try_lock() {
         if let Some(st) = g.as_mut() {
@@ -445,9 +564,40 @@ pub fn finish() {
                 st.drain_traps();
             }
             st.log_maps();
-            let blocks = TRANSLATED.load(Ordering::Relaxed);
+            let blocks = RETRANSLATED.load(Ordering::Relaxed);
             st.log(format_args!("B {blocks}\n"));
             st.log(format_args!("E {now}\n"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_adaptive_period_doubles_and_pays_for_costly_samples() {
+        // Doubling every AUTO_STAGE samples from the first period.
+        assert_eq!(adaptive_period(4096, 0, 0, None), 4096);
+        assert_eq!(adaptive_period(4096, AUTO_STAGE - 1, 0, None), 4096);
+        assert_eq!(adaptive_period(4096, AUTO_STAGE, 0, None), 8192);
+        assert_eq!(adaptive_period(4096, 3 * AUTO_STAGE + 5, 0, None), 32768);
+        // In callbacks (gaps under MIN_INLINE) a sample costs no flush: no cost floor.
+        assert_eq!(adaptive_period(4096, 0, 1000, Some(1e9)), 4096);
+        // Counted inline: a sample costs SAMPLE_SECONDS plus BLOCK_SECONDS a block, kept to
+        // AUTO_COST of the time. At 500 M accesses/s and 300 blocks (gzip-like): 4.9 ms a
+        // sample, so gaps of at least 98 ms, 49 M accesses.
+        let gzip = adaptive_period(MIN_INLINE, 0, 300, Some(5e8));
+        let want = 5e8 * (SAMPLE_SECONDS + 300.0 * BLOCK_SECONDS) / AUTO_COST;
+        assert!((gzip as f64 - want).abs() < 2.0, "{gzip} vs {want}");
+        // A small kernel: the flush alone.
+        let kernel = adaptive_period(MIN_INLINE, 0, 0, Some(2e8));
+        assert_eq!(kernel, (2e8 * SAMPLE_SECONDS / AUTO_COST) as u64);
+        // The doubling wins once it is longer; nothing overflows.
+        assert_eq!(
+            adaptive_period(MIN_INLINE, 10 * AUTO_STAGE, 0, Some(2e8)),
+            MIN_INLINE << 10
+        );
+        assert!(adaptive_period(u64::MAX / 2, 100 * AUTO_STAGE, u64::MAX, Some(1e300)) > 0);
     }
 }

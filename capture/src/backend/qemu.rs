@@ -386,8 +386,9 @@ pub fn rdx_native(cfg: &LiveRdxConfig, sampler: NativeSampler) -> Result<LiveRdx
     let events = absolute(&cfg.events);
     // The events path goes last: it may hold commas.
     let setting = format!(
-        "period={},watch={},seed={},jitter={},sampler={},events={}",
+        "period={},adaptive={},watch={},seed={},jitter={},sampler={},events={}",
         cfg.period,
+        u8::from(cfg.adaptive),
         cfg.watchpoints,
         cfg.seed,
         cfg.jitter,
@@ -556,7 +557,10 @@ pub struct LiveRdxConfig {
     pub args: Vec<std::ffi::OsString>,
     /// File the plugin writes its samples and traps to.
     pub events: PathBuf,
+    /// The mean gap between samples; with `adaptive`, the first one (the plugin doubles it
+    /// as samples accumulate and lengthens it where samples are costly).
     pub period: u64,
+    pub adaptive: bool,
     pub jitter: f64,
     pub watchpoints: usize,
     pub seed: u64,
@@ -584,10 +588,11 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         return Err(CaptureError::CommaInPath(events));
     }
     let arg = format!(
-        "{},out={},rdx={},rdx_watch={},rdx_seed={},rdx_jitter={}",
+        "{},out={},rdx={},rdx_adaptive={},rdx_watch={},rdx_seed={},rdx_jitter={}",
         plugin.display(),
         events.display(),
         cfg.period,
+        u8::from(cfg.adaptive),
         cfg.watchpoints,
         cfg.seed,
         cfg.jitter

@@ -19,13 +19,17 @@ pub fn sections(reports: &[(String, ReuseReport)], ids: &mut Ids) -> Vec<Section
                 figures.push(histogram(g, false, src, ids));
                 figures.push(histogram(g, true, src, ids));
             }
+            let every = match r.adaptive_period {
+                Some(a) => format!("{} to {} accesses (an adaptive period", a.min, a.max),
+                None => format!("{} accesses (", r.config.period),
+            };
             let mut intro = format!(
-                "RDX {} {} ({} accesses, {} thread(s)): one sample every {} accesses (jitter {}), {} watchpoint(s), attribution {:?}, seed {}.",
+                "RDX {} {} ({} accesses, {} thread(s)): one sample every {every}{}jitter {}), {} watchpoint(s), attribution {:?}, seed {}.",
                 if r.live { "live, on" } else { "over" },
                 r.trace,
                 r.accesses,
                 r.threads,
-                r.config.period,
+                if r.adaptive_period.is_some() { ", " } else { "" },
                 r.config.jitter,
                 r.config.watchpoints,
                 r.config.attribution,

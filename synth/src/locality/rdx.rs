@@ -754,6 +754,9 @@ struct Slot {
     armed_at: u64,
     /// Probability that this sample was chosen and has survived so far (Horvitz-Thompson).
     pi: f64,
+    /// The sample's period over the configured one: a live run with an adaptive period
+    /// samples some stretches more densely, and a sample stands for its period's accesses.
+    scale: f64,
 }
 
 /// For busy registers with `n[k]` samples in their reservoir intervals (this one included):
@@ -813,8 +816,11 @@ pub struct Sampler {
     slots: Vec<Option<Slot>>,
     /// Samples since each slot was last empty or trapped.
     since: Vec<u64>,
-    /// The numbers of the samples taken at each instruction, in order.
-    samples_at: HashMap<u64, Vec<u64>, fasthash::Build>,
+    /// The samples taken at each instruction, in order: (number, the sum of their scales
+    /// up to and including it).
+    samples_at: HashMap<u64, Vec<(u64, f64)>, fasthash::Build>,
+    /// The sum of the scales of samples 0..n, at n (one entry per sample and a leading 0).
+    scale_sums: Vec<f64>,
     order: Vec<usize>,
     pub samples: u64,
     pub dropped: u64,
@@ -834,6 +840,7 @@ impl Sampler {
             counter: 0,
             next_sample: first,
             samples_at: HashMap::default(),
+            scale_sums: vec![0.0],
             samples: 0,
             dropped: 0,
             traps: 0,
@@ -942,33 +949,58 @@ impl Sampler {
 
     /// Samples taken at the slot's use instruction since its register was last empty
     /// (proportional attribution: the trap stands for all of them).
+    /// Each sample counts its scale (1 at a fixed period).
     fn attributed(&self, s: &Slot) -> f64 {
         let since = |start: u64| {
             let log = self
                 .samples_at
                 .get(&s.use_ip)
                 .map_or(&[][..], Vec::as_slice);
-            let first = log.partition_point(|&n| n < start);
-            (log.len() - first).max(1) as f64
+            let first = log.partition_point(|&(n, _)| n < start);
+            let before = if first > 0 { log[first - 1].1 } else { 0.0 };
+            let sum = log.last().map_or(0.0, |l| l.1) - before;
+            if sum > 0.0 {
+                sum
+            } else {
+                s.scale
+            }
         };
         match self.cfg.attribution {
             Attribution::IpInterval => since(s.interval_start),
             Attribution::IpArmed => since(s.armed_at),
-            Attribution::All => (self.samples - s.interval_start).max(1) as f64,
-            Attribution::One => 1.0,
-            Attribution::Ht => 1.0 / s.pi.max(1e-300),
+            Attribution::All => {
+                let sum = self.scale_sums[self.samples as usize]
+                    - self.scale_sums[s.interval_start as usize];
+                if sum > 0.0 {
+                    sum
+                } else {
+                    s.scale
+                }
+            }
+            Attribution::One => s.scale,
+            Attribution::Ht => s.scale / s.pi.max(1e-300),
         }
     }
 
     fn sample(&mut self, ip: u64, addr: u64, now: u64) {
-        self.place(ip, addr, now, None);
+        self.place(ip, addr, now, None, 1.0);
     }
 
     /// A sample taken live, where the plugin's reservoir already chose its register
-    /// (`register`; `None`: dropped). The bookkeeping (attribution, Horvitz-Thompson
-    /// probabilities) is the same as for the samples this sampler takes itself.
-    pub fn sample_placed(&mut self, ip: u64, addr: u64, now: u64, register: Option<usize>) {
-        self.place(ip, addr, now, Some(register));
+    /// (`register`; `None`: dropped), `period` the mean gap it was drawn from (a live run's
+    /// adaptive period; the configured one otherwise). The bookkeeping (attribution,
+    /// Horvitz-Thompson probabilities) is the same as for the samples this sampler takes
+    /// itself; a sample stands for `period / config.period` times as many uses.
+    pub fn sample_placed(
+        &mut self,
+        ip: u64,
+        addr: u64,
+        now: u64,
+        register: Option<usize>,
+        period: u64,
+    ) {
+        let scale = period as f64 / self.cfg.period.max(1) as f64;
+        self.place(ip, addr, now, Some(register), scale);
     }
 
     /// A trap of `register` at access `now` (live: the reusing instruction is not known).
@@ -989,10 +1021,14 @@ impl Sampler {
     }
 
     /// Places a new sample: `given` is the live reservoir's choice, `None` to choose here.
-    fn place(&mut self, ip: u64, addr: u64, now: u64, given: Option<Option<usize>>) {
+    fn place(&mut self, ip: u64, addr: u64, now: u64, given: Option<Option<usize>>, scale: f64) {
         let number = self.samples;
         self.samples += 1;
-        self.samples_at.entry(ip).or_default().push(number);
+        let at = self.samples_at.entry(ip).or_default();
+        let sum = at.last().map_or(0.0, |l| l.1) + scale;
+        at.push((number, sum));
+        let total = self.scale_sums.last().copied().unwrap_or(0.0) + scale;
+        self.scale_sums.push(total);
         let g = self.cfg.granularity.bytes();
         let mut slot = Slot {
             lo: addr & !(g - 1),
@@ -1002,6 +1038,7 @@ impl Sampler {
             interval_start: number,
             armed_at: number,
             pi: 1.0,
+            scale,
         };
         for k in 0..self.since.len() {
             if self.slots[k].is_some() {
@@ -1418,7 +1455,7 @@ mod tests {
             }
             if a.samples > samples_before {
                 let k = (0..3).find(|&k| a.slots[k].is_some_and(|s| s.use_time == now));
-                b.sample_placed(ip, addr, now, k);
+                b.sample_placed(ip, addr, now, k, cfg.period);
             }
         }
         a.finish(&mut |p| pa.push(p));
@@ -1427,6 +1464,64 @@ mod tests {
         assert_eq!(a.dropped, b.dropped);
         assert!(a.dropped > 0, "the reservoir was exercised");
         assert_eq!(pa, pb);
+    }
+
+    #[test]
+    fn samples_of_a_longer_period_stand_for_more_uses() {
+        // Two halves of 400,000 accesses: a cycle over 10 words (reuse time 10), then over
+        // 1000 words (reuse time 1000). A live run samples the first half every 1000
+        // accesses and the second every 4000 (an adaptive period): 400 and 100 samples. Each
+        // half holds half of the uses, so the weights must split evenly, whatever the
+        // attribution, where counting traps would give 80% to the short reuses.
+        for attribution in [
+            Attribution::Ht,
+            Attribution::IpInterval,
+            Attribution::All,
+            Attribution::One,
+        ] {
+            let cfg = RdxConfig {
+                period: 1000,
+                jitter: 0.0,
+                watchpoints: 4,
+                granularity: Granularity::Word,
+                seed: 1,
+                attribution,
+            };
+            let mut s = Sampler::new(cfg, 1);
+            let mut by_time: HashMap<u64, f64> = HashMap::new();
+            let mut watched: Option<u64> = None;
+            let half = 400_000u64;
+            for now in 0..2 * half {
+                let addr = if now < half {
+                    0x1000 + 8 * (now % 10)
+                } else {
+                    0x10_0000 + 8 * (now % 1000)
+                };
+                if watched == Some(addr) {
+                    s.trap(0, now, &mut |p| {
+                        *by_time.entry(p.time.unwrap()).or_default() += p.weight
+                    });
+                    watched = None;
+                }
+                let period = if now < half { 1000 } else { 4000 };
+                if now % period == 0 {
+                    assert!(
+                        watched.is_none(),
+                        "each use is reused before the next sample"
+                    );
+                    s.sample_placed(0x400, addr, now, Some(0), period);
+                    watched = Some(addr);
+                }
+            }
+            s.finish(&mut |p| assert!(p.time.is_none()));
+            assert_eq!(s.samples, 500);
+            let (short, long) = (by_time[&10], by_time[&1000]);
+            assert!(
+                (short - long).abs() < 1e-9 * short,
+                "{attribution:?}: short {short}, long {long}"
+            );
+            assert!((short - 400.0).abs() < 1e-9, "{attribution:?}: {short}");
+        }
     }
 
     #[test]
