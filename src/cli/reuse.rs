@@ -399,15 +399,20 @@ fn table(r: &ReuseReport, out: &mut impl Write) -> std::io::Result<()> {
     }
     writeln!(
         out,
-        "use -> reuse instruction pairs (by reuses they stand for):"
+        "use -> reuse instruction pairs (by the reuses, or uses without reuse, they stand for):"
     )?;
     for p in &r.pairs {
+        // A pair without reuse counts uses that saw none (and the samples that watched
+        // them to the end), not reuses and traps.
+        let (what, counted, time) = match p.mean_time {
+            Some(t) => ("reuses,", "traps,  ", format!("mean time {t:>12.0}")),
+            None => ("uses,  ", "samples,", format!("{:<22}", "no reuse")),
+        };
         writeln!(
             out,
-            "  {:>10.0} reuses, {:>5} traps, mean time {:>12}  {} {} -> {}",
+            "  {:>10.0} {what} {:>5} {counted} {time}  {} {} -> {}",
             p.weight,
             p.traps,
-            p.mean_time.map_or("none".into(), |t| format!("{t:.0}")),
             p.use_ip,
             p.use_source,
             match (&p.reuse_ip, &p.reuse_source) {

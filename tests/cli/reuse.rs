@@ -127,6 +127,24 @@ fn rdx_over_a_trace_matches_the_exact_histograms() {
     ] {
         assert!(t.contains(want), "{want} in\n{t}");
     }
+    // Each pair is a row: reuses and traps with their mean time, or, without reuse, uses and
+    // the samples that watched them.
+    for p in pairs {
+        let row = match p["mean_time"].as_f64() {
+            Some(m) => format!(
+                "{:.0} reuses, {:>5} traps,   mean time {m:>12.0}  {}",
+                p["weight"].as_f64().unwrap(),
+                p["traps"].as_u64().unwrap(),
+                p["use_ip"].as_str().unwrap()
+            ),
+            None => format!(
+                "{:.0} uses,   {:>5} samples, no reuse",
+                p["weight"].as_f64().unwrap(),
+                p["traps"].as_u64().unwrap()
+            ),
+        };
+        assert!(t.contains(&row), "{row} in\n{t}");
+    }
     // Without the exact pass: no accuracy, same samples.
     let n = reuse_json(
         &dir,

@@ -729,13 +729,19 @@ pub fn convert_phased(tl: &Timeline, len: u64, n: f64, bins: &[(f64, f64)]) -> V
 }
 
 /// The number of distinct locations estimated from the uses that saw no reuse: every
-/// location has exactly one last use, so `N ~ T x Pt(infinity)`.
+/// location has exactly one last use, so `N ~ T x Pt(infinity)`. It is at least `W(D_max)`,
+/// the distinct locations the window of the longest reuse time holds on average (the floor
+/// [`convert`] applies): when every sampled use saw a reuse, `Pt(infinity)` says nothing.
 pub fn estimate_distinct(time: &Histogram, accesses: u64) -> f64 {
     let all = time.finite() + time.infinite;
     if all <= 0.0 {
         return 1.0;
     }
-    (accesses as f64 * time.infinite / all).max(1.0)
+    let from_last_uses = accesses as f64 * time.infinite / all;
+    let window_max = Windows::of(time)
+        .zip(time.points().last().copied())
+        .map_or(0.0, |(w, (d, _))| w.at(d));
+    from_last_uses.max(window_max).max(1.0)
 }
 
 /// A use being watched.
@@ -1247,6 +1253,21 @@ mod tests {
             let (acc, _) = accuracy(&exact, &est);
             assert!(acc > 0.999, "N {n}: S {acc}: {est:?}");
         }
+    }
+
+    #[test]
+    fn distinct_locations_are_estimated_even_when_every_use_saw_a_reuse() {
+        // A cyclic scan of 1000 locations, and only the uses with a reuse kept (as when every
+        // sampled use trapped): Pt(infinity) is 0, yet each window of 1000 accesses holds all
+        // 1000 locations.
+        let s: Vec<u64> = (0..20_000u64).map(|i| i % 1000).collect();
+        let mut t = times_of(&s);
+        t.infinite = 0.0;
+        let n = estimate_distinct(&t, s.len() as u64);
+        assert!((n - 1000.0).abs() < 1.0, "{n}");
+        // With the last uses kept, the estimate is T x Pt(infinity) = 1000 too.
+        let n = estimate_distinct(&times_of(&s), s.len() as u64);
+        assert!((n - 1000.0).abs() < 1.0, "{n}");
     }
 
     #[test]
