@@ -616,18 +616,19 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     }
 }
 
-/// One inline add to the counter per memory access of the TB (the counting mode of `switch`).
+/// One inline add to the counter per memory access of the TB (the counting mode of `switch`),
+/// its instructions taking the counter's lanes in turn.
 fn register_counting(tb: *mut qemu_plugin_tb) {
     // SAFETY: `tb` is valid during the translation callback that passes it.
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
     for i in 0..n {
-        // SAFETY: i < n instructions of this TB; the counter is a static u64.
+        // SAFETY: i < n instructions of this TB; each lane is a static u64.
         unsafe {
             qemu_plugin_register_vcpu_mem_inline(
                 qemu_plugin_tb_get_insn(tb, i),
                 QEMU_PLUGIN_MEM_RW,
                 QEMU_PLUGIN_INLINE_ADD_U64,
-                switch::counter_ptr().cast(),
+                switch::lane_ptr(i).cast(),
                 1,
             )
         };
