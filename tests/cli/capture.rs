@@ -871,12 +871,24 @@ fn killing_mgbench_stops_the_program_and_leaves_a_readable_trace() {
         size,
         "still growing"
     );
-    // Readable: whole frames, no end frame, and `trace info` says so.
+    // Readable: whole frames, no end frame, and `trace info` says so. Each frame is one
+    // write(2), but the kernel can cut a write to a file short when SIGKILL arrives during
+    // it (seen once in CI: 7058 of 73722 payload bytes): then every frame before it is read
+    // and `trace info` reports the cut frame as damage at its offset, after what it recovered.
     let t = read_trace(&trace);
     assert!(t.end.is_none());
     assert!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>() > 100_000);
     let o = mgbench(&["trace", "info", "k.mgbt"], &dir);
-    assert!(o.status.success(), "{}", stderr(&o));
+    if t.damaged {
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(
+            e.contains("the writer was stopped mid-frame") && e.contains("recovered"),
+            "{e}"
+        );
+    } else {
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
     assert!(stdout(&o).contains("no end frame"), "{}", stdout(&o));
 }
 
