@@ -8,8 +8,9 @@ pseudo-text), --reps interleaved runs of
   counter       qemu-x86_64 with mgbench's plugin counting accesses inline and never
                 sampling (`rdx=2^62`): the least the live design pays
   live auto     mgbench reuse -- PROGRAM: live's default, the adaptive period (from 4096,
-                doubled every 128 samples, and at least 2^17 accesses per block QEMU had
-                to translate again after the last sample)
+                doubled every 128 samples, and, where gaps are counted inline, long enough
+                that a sample's two flushes and the blocks QEMU then translates again
+                take about 5% of the run)
   live P        mgbench reuse --period P -- PROGRAM, for each fixed P of --periods
                 (default: auto, 2^20 and 2^22)
 

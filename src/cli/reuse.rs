@@ -118,7 +118,7 @@ impl ReuseArgs {
 }
 
 /// The first period of a live run's adaptive default: the run's length is unknown, so it
-/// starts dense (short runs get samples; gaps under 2^18 stay in memory callbacks, which
+/// starts dense (short runs get samples; gaps under 2^17 stay in memory callbacks, which
 /// cost no retranslation) and the plugin doubles it every 128 samples and lengthens it where
 /// a sample makes QEMU translate much code again (each costs two retranslations of the hot
 /// code, 0.4-5 ms here).

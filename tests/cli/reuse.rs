@@ -296,22 +296,22 @@ fn reuse_bad_input_is_named() {
 
 /// Runs `mgbench reuse` live under QEMU on `args` and returns its JSON report.
 fn live_json(dir: &Path, period: &str, args: &[&str]) -> serde_json::Value {
-    live_json_on(dir, "qemu", period, args)
+    live_json_on(dir, "qemu", Some(period), args)
 }
 
-/// Runs `mgbench reuse --backend BACKEND` live on `args` and returns its JSON report.
-fn live_json_on(dir: &Path, backend: &str, period: &str, args: &[&str]) -> serde_json::Value {
-    let mut a = vec![
-        "reuse",
-        "--quiet",
-        "--backend",
-        backend,
-        "--period",
-        period,
-        "-o",
-        "live.json",
-        "--",
-    ];
+/// Runs `mgbench reuse --backend BACKEND` live on `args` (at `--period`, else at the
+/// adaptive default) and returns its JSON report.
+fn live_json_on(
+    dir: &Path,
+    backend: &str,
+    period: Option<&str>,
+    args: &[&str],
+) -> serde_json::Value {
+    let mut a = vec!["reuse", "--quiet", "--backend", backend];
+    if let Some(p) = period {
+        a.extend(["--period", p]);
+    }
+    a.extend(["-o", "live.json", "--"]);
     a.extend(args);
     let o = mgbench(&a, dir);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -325,6 +325,16 @@ fn stack(v: &serde_json::Value, key: &str) -> Vec<f64> {
         .iter()
         .map(|b| b[key].as_f64().unwrap())
         .collect()
+}
+
+/// RDX's accuracy S of histogram `got` against `want` (fractions over the same bins).
+fn accuracy_s(want: &[f64], got: &[f64]) -> f64 {
+    1.0 - want
+        .iter()
+        .zip(got)
+        .map(|(a, b)| (a - b).abs())
+        .sum::<f64>()
+        / 2.0
 }
 
 #[test]
@@ -360,13 +370,7 @@ fn live_rdx_measures_a_running_program_like_the_exact_histogram() {
     );
     assert!(v["words"]["traps"].as_u64().unwrap() > 20, "{}", v["words"]);
     let got = stack(&v, "stack");
-    let s = 1.0
-        - want
-            .iter()
-            .zip(&got)
-            .map(|(a, b)| (a - b).abs())
-            .sum::<f64>()
-            / 2.0;
+    let s = accuracy_s(&want, &got);
     assert!(s >= 0.9, "live S {s}: {got:?} vs exact {want:?}");
     // Period 2^18: counted inline between samples, switched in by retranslation. The large
     // sweep's reuses (200000 words apart) dominate.
@@ -401,20 +405,8 @@ fn live_rdx_adapts_its_period_by_default_and_stays_accurate() {
     capture(&dir, "loops.mgbt", &[&loops, "--reps=10"]);
     let exact = reuse_json(&dir, &["--rdx", "loops.mgbt", "--period", "4096"]);
     let want = stack(&exact, "exact_stack");
-    let mut a = vec![
-        "reuse",
-        "--quiet",
-        "--backend",
-        "qemu",
-        "-o",
-        "live.json",
-        "--",
-    ];
-    a.extend([loops.as_str(), "--reps=200"]);
-    let o = mgbench(&a, &dir);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
+    let program = [loops.as_str(), "--reps=200"];
+    let v = live_json_on(&dir, "qemu", None, &program);
     let ad = &v["adaptive_period"];
     assert_eq!(ad["min"], 4096, "{ad}");
     assert!(ad["max"].as_u64().unwrap() >= 1 << 17, "{ad}");
@@ -424,18 +416,13 @@ fn live_rdx_adapts_its_period_by_default_and_stays_accurate() {
     let notes = v["notes"].to_string();
     assert!(notes.contains("adaptive period, 4096 to"), "{notes}");
     let got = stack(&v, "stack");
-    let s = 1.0
-        - want
-            .iter()
-            .zip(&got)
-            .map(|(a, b)| (a - b).abs())
-            .sum::<f64>()
-            / 2.0;
+    let s = accuracy_s(&want, &got);
     // 0.92-0.93 over 3 seeds here (82-91 effective samples): the inline stretch's samples,
     // each standing for ~2^19 accesses, carry most of the weight.
     assert!(s >= 0.85, "live S {s}: {got:?} vs exact {want:?}");
     // The table says how it sampled.
-    a.retain(|&x| x != "-o" && x != "live.json" && x != "--quiet");
+    let mut a = vec!["reuse", "--backend", "qemu", "--"];
+    a.extend(program);
     let o = mgbench(&a, &dir);
     let table = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -473,7 +460,7 @@ fn native_live_rdx_runs_its_sampler_and_watchpoints_in_the_program() {
     let v = live_json_on(
         &dir,
         "page-faults",
-        "64",
+        Some("64"),
         &[&gups, "--log2size=22", "--updates=100000"],
     );
     assert_eq!(v["live"], true);
@@ -521,7 +508,7 @@ fn native_live_rdx_runs_its_sampler_and_watchpoints_in_the_program() {
          wait(&st); _exit(WEXITSTATUS(st) == 7 ? 0 : 1); }\n",
         &["-O1"],
     );
-    let v = live_json_on(&dir, "page-faults", "16", &["./exits"]);
+    let v = live_json_on(&dir, "page-faults", Some("16"), &["./exits"]);
     let notes = v["notes"].to_string();
     assert!(!notes.contains("did not exit normally"), "{notes}");
     let samples = v["words"]["samples"].as_u64().unwrap();

@@ -127,7 +127,6 @@ struct State {
     retranslated_mark: u64,
     /// When the last sample was, and at which access (the run's rate between samples).
     last_sample: Option<(std::time::Instant, u64)>,
-    started: bool,
     since: Vec<u64>,
     busy: Vec<bool>,
     order: Vec<usize>,
@@ -406,7 +405,6 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
         samples: 0,
         retranslated_mark: 0,
         last_sample: None,
-        started: false,
         since: vec![0; args.watch],
         busy: vec![false; args.watch],
         order: (0..args.watch).collect(),
@@ -452,10 +450,8 @@ pub extern "C" fn mem_cb(_vcpu: u32, _info: u32, addr: u64, udata: *mut std::ffi
     let Some(st) = guard.as_mut() else {
         return;
     };
-    if !st.started {
+    if !STARTED.swap(true, Ordering::AcqRel) {
         // The run begins in callbacks: count the first gap inline if it is long.
-        st.started = true;
-        STARTED.store(true, Ordering::Release);
         if left >= MIN_INLINE {
             switch::window_closed();
         }

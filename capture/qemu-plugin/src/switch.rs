@@ -87,7 +87,7 @@ fn mode_from(v: u8) -> Mode {
 /// so with one lane every access waits for the previous access's store to reach the next
 /// load (store-to-load forwarding, several cycles), which cost library-heavy code up to 1.7x
 /// bare QEMU here. The count is the sum of the lanes.
-pub const LANES: usize = 4;
+const LANES: usize = 4;
 /// u64s between lanes (64 bytes).
 const LANE_STRIDE: usize = 8;
 

@@ -435,6 +435,11 @@ impl Windows {
         })
     }
 
+    /// `W(D_max)`: the mean distinct locations in the window of the longest reuse time.
+    fn longest(&self) -> f64 {
+        self.d.last().map_or(0.0, |&d| self.at(d))
+    }
+
     /// `W(v)` (0 for `v <= 0`).
     fn at(&self, v: f64) -> f64 {
         if v <= 0.0 {
@@ -483,10 +488,8 @@ pub fn convert(time: &Histogram, n: f64, bins: &[(f64, f64)]) -> Vec<f64> {
     // average, so N is at least W(D_max) whatever the estimate says (an estimate from
     // sampled uses without reuse can fall short; a smaller N would squeeze every long
     // distance below its true bin).
-    let pts = time.points();
-    let window_max = pts.last().map_or(0.0, |p| windows.at(p.0));
-    let n = n.max(window_max).max(2.0);
-    for (d, w) in pts {
+    let n = n.max(windows.longest()).max(2.0);
+    for (d, w) in time.points() {
         // The window starts with the reused location itself.
         spread(&mut out, w / finite, windows.at(d) - 1.0, n, bins);
     }
@@ -738,9 +741,7 @@ pub fn estimate_distinct(time: &Histogram, accesses: u64) -> f64 {
         return 1.0;
     }
     let from_last_uses = accesses as f64 * time.infinite / all;
-    let window_max = Windows::of(time)
-        .zip(time.points().last().copied())
-        .map_or(0.0, |(w, (d, _))| w.at(d));
+    let window_max = Windows::of(time).map_or(0.0, |w| w.longest());
     from_last_uses.max(window_max).max(1.0)
 }
 
@@ -957,6 +958,8 @@ impl Sampler {
     /// (proportional attribution: the trap stands for all of them).
     /// Each sample counts its scale (1 at a fixed period).
     fn attributed(&self, s: &Slot) -> f64 {
+        // A trap stands for at least its own sample.
+        let at_least_own = |sum: f64| if sum > 0.0 { sum } else { s.scale };
         let since = |start: u64| {
             let log = self
                 .samples_at
@@ -964,25 +967,14 @@ impl Sampler {
                 .map_or(&[][..], Vec::as_slice);
             let first = log.partition_point(|&(n, _)| n < start);
             let before = if first > 0 { log[first - 1].1 } else { 0.0 };
-            let sum = log.last().map_or(0.0, |l| l.1) - before;
-            if sum > 0.0 {
-                sum
-            } else {
-                s.scale
-            }
+            at_least_own(log.last().map_or(0.0, |l| l.1) - before)
         };
         match self.cfg.attribution {
             Attribution::IpInterval => since(s.interval_start),
             Attribution::IpArmed => since(s.armed_at),
-            Attribution::All => {
-                let sum = self.scale_sums[self.samples as usize]
-                    - self.scale_sums[s.interval_start as usize];
-                if sum > 0.0 {
-                    sum
-                } else {
-                    s.scale
-                }
-            }
+            Attribution::All => at_least_own(
+                self.scale_sums[self.samples as usize] - self.scale_sums[s.interval_start as usize],
+            ),
             Attribution::One => s.scale,
             Attribution::Ht => s.scale / s.pi.max(1e-300),
         }
