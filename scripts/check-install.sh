@@ -32,7 +32,11 @@ check() { # check NAME BINARY
     echo "check-install: $name: capture works with the embedded plugin ($n accesses of /bin/ls)"
     # Live RDX loads the same plugin, from a cache it writes itself.
     local live="$work/live-$1"
-    (cd "$work" && XDG_CACHE_HOME="$live" "$bin" reuse --quiet --period 4096 -f json -o "$name-reuse.json" -- /bin/ls / >/dev/null)
+    # (The report goes to stderr, as ls's listing keeps stdout; shown only if the run fails.)
+    if ! (cd "$work" && XDG_CACHE_HOME="$live" "$bin" reuse --quiet --period 4096 -o "$name-reuse.json" -- /bin/ls / >/dev/null 2>"$name-reuse.log"); then
+        cat "$work/$name-reuse.log" >&2
+        exit 1
+    fi
     ls "$live"/mgbench/libmgbench_qemu_plugin-*.so >/dev/null
     python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["live"] and r["words"]["samples"] > 0, r["words"]' "$work/$name-reuse.json"
     echo "check-install: $name: live reuse works with the embedded plugin"

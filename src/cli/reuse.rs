@@ -77,7 +77,8 @@ pub struct ReuseArgs {
     /// Use/reuse instruction pairs listed.
     #[arg(long, default_value_t = 20, value_parser = non_negative)]
     top: usize,
-    /// Output on stdout.
+    /// Output on stdout; a live run prints it on stderr, as the program's own output keeps
+    /// stdout (use -o FILE for the JSON).
     #[arg(short = 'f', long, value_enum, default_value_t = Format::Table)]
     format: Format,
     /// Also write the JSON report to FILE (atomically).
@@ -182,7 +183,12 @@ pub fn run(args: ReuseArgs) -> Result<i32> {
             report.accesses
         ));
     }
-    emit(&report, args.format, args.output.as_ref())?;
+    emit(
+        &report,
+        args.format,
+        args.output.as_ref(),
+        &mut std::io::stdout().lock(),
+    )?;
     Ok(0)
 }
 
@@ -270,26 +276,38 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
             run.elapsed_s
         ),
     });
-    emit(&report, args.format, args.output.as_ref())?;
+    // The program's output owns stdout (`mgbench reuse -- gzip -c f > f.gz` must leave a
+    // valid archive), so the report goes where `perf stat` and `time` put theirs.
+    emit(
+        &report,
+        args.format,
+        args.output.as_ref(),
+        &mut std::io::stderr().lock(),
+    )?;
     Ok(code)
 }
 
-/// Prints the report and writes its JSON.
-pub(crate) fn emit(report: &ReuseReport, format: Format, output: Option<&PathBuf>) -> Result<()> {
+/// Prints the report on `out` and writes its JSON to `output`.
+fn emit(
+    report: &ReuseReport,
+    format: Format,
+    output: Option<&PathBuf>,
+    out: &mut impl Write,
+) -> Result<()> {
     if let Some(path) = output {
         let mut json = serde_json::to_vec_pretty(report)?;
         json.push(b'\n');
         write_atomically(path, &json)?;
         eprintln!("mgbench: reuse report -> {}", path.display());
     }
-    let mut out = std::io::stdout().lock();
     match format {
         Format::Json => {
-            serde_json::to_writer_pretty(&mut out, report)?;
+            serde_json::to_writer_pretty(&mut *out, report)?;
             writeln!(out)?;
         }
-        Format::Table => table(report, &mut out)?,
+        Format::Table => table(report, out)?,
     }
+    out.flush()?;
     Ok(())
 }
 
@@ -329,10 +347,38 @@ fn bins(g: &GranularityReport, list: &[Bin], out: &mut impl Write) -> std::io::R
     Ok(())
 }
 
-fn granularity(g: &GranularityReport, out: &mut impl Write) -> std::io::Result<()> {
+/// Below this many effective uses without reuse the distinct estimate (accesses x their
+/// share) is a count of a few events (Debian's bzip2, 1-8 of them: 0.01-67 times the
+/// exact count over runs).
+const ROUGH_DISTINCT: f64 = 10.0;
+
+/// What the distinct estimate rests on, where the reader should know: the floor (the
+/// locations the window of the longest reuse holds) or a handful of uses without reuse.
+fn distinct_basis(g: &GranularityReport, accesses: u64) -> String {
+    let all = g.attributed_reuses + g.no_reuse;
+    let from_last_uses = if all > 0.0 {
+        accesses as f64 * g.no_reuse / all
+    } else {
+        0.0
+    };
+    match g.no_reuse_effective {
+        Some(k) if k <= 0.0 => {
+            " (every sampled use saw a reuse: the locations the window of the longest reuse holds, a floor)".into()
+        }
+        Some(k) if g.distinct_estimate > from_last_uses + 0.5 => format!(
+            " (the locations the window of the longest reuse holds; the {k:.1} effective uses without reuse say {from_last_uses:.0})"
+        ),
+        Some(k) if k < ROUGH_DISTINCT => format!(
+            " (rough: it rests on {k:.1} effective uses without reuse; it can be off many times over)"
+        ),
+        _ => String::new(),
+    }
+}
+
+fn granularity(g: &GranularityReport, accesses: u64, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{}: {} samples ({} dropped with every register busy{}), {} traps standing for {:.0} reuses, {:.0} uses without reuse; distinct {}: {:.0} estimated{}",
+        "{}: {} samples ({} dropped with every register busy{}), {} traps standing for {:.0} reuses, {:.0} uses without reuse; distinct {}: {:.0} estimated{}{}",
         g.granularity.unit(),
         g.samples,
         g.dropped,
@@ -344,6 +390,7 @@ fn granularity(g: &GranularityReport, out: &mut impl Write) -> std::io::Result<(
         g.no_reuse,
         g.granularity.unit(),
         g.distinct_estimate,
+        distinct_basis(g, accesses),
         g.distinct_exact
             .map(|n| format!(", {n} exact"))
             .unwrap_or_default()
@@ -393,9 +440,9 @@ fn table(r: &ReuseReport, out: &mut impl Write) -> std::io::Result<()> {
         r.trace, r.accesses, r.threads, r.config.jitter, r.config.watchpoints, r.config.seed
     )?;
     writeln!(out)?;
-    granularity(&r.words, out)?;
+    granularity(&r.words, r.accesses, out)?;
     if let Some(lines) = &r.lines {
-        granularity(lines, out)?;
+        granularity(lines, r.accesses, out)?;
     }
     writeln!(
         out,

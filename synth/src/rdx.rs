@@ -106,6 +106,11 @@ pub struct GranularityReport {
     /// (Absent from reports written before it was added.)
     #[serde(default)]
     pub effective_samples: Option<f64>,
+    /// The same over the uses without reuse alone: what `distinct_estimate` rests on (a
+    /// handful makes it rough; 0: it is the floor W(D_max)). (Absent from reports written
+    /// before it was added.)
+    #[serde(default)]
+    pub no_reuse_effective: Option<f64>,
     /// RDX's 20 bins ([0, 4K), [4K, 8K), ..., [1G, infinity)).
     pub rdx_bins: Vec<Bin>,
     /// mgbench's bins: 0, [1, 2), [2, 4), ... [2^31, infinity).
@@ -321,6 +326,11 @@ fn granularity_report(
         .max();
     let weights: Vec<(f64, f64)> = tracks.iter().map(|t| t.timeline.weights()).collect();
     let effective_samples = effective(&weights);
+    let last_uses: Vec<(f64, f64)> = tracks
+        .iter()
+        .map(|t| t.timeline.no_reuse_weights())
+        .collect();
+    let no_reuse_effective = effective(&last_uses);
     let per = |bins: &[(f64, f64)]| {
         let t = time.fractions(bins);
         let s = convert_threads(&sampled, time, distinct_estimate, bins);
@@ -360,6 +370,7 @@ fn granularity_report(
         phases,
         exact_phases,
         effective_samples: Some(effective_samples),
+        no_reuse_effective: Some(no_reuse_effective),
         rdx_bins: rdx,
         fine_bins: fine,
         accuracy_rdx_bins: acc_rdx,

@@ -420,15 +420,20 @@ fn live_rdx_adapts_its_period_by_default_and_stays_accurate() {
     // 0.92-0.93 over 3 seeds here (82-91 effective samples): the inline stretch's samples,
     // each standing for ~2^19 accesses, carry most of the weight.
     assert!(s >= 0.85, "live S {s}: {got:?} vs exact {want:?}");
-    // The table says how it sampled.
+    // The table says how it sampled, on stderr: stdout holds the program's output and
+    // nothing else (`mgbench reuse -- gzip -c f > f.gz` leaves a valid archive).
     let mut a = vec!["reuse", "--backend", "qemu", "--"];
     a.extend(program);
     let o = mgbench(&a, &dir);
-    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stderr(&o);
     assert!(
         table.contains("RDX sampling every 4096 to") && table.contains("(adaptive, jitter 0.5)"),
         "{table}"
     );
+    let out = stdout(&o);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.starts_with("reuse_loops small="), "{out}");
 }
 
 #[test]
@@ -603,6 +608,12 @@ fn a_histogram_resting_on_few_effective_samples_says_so() {
             (g["effective_samples"].as_f64().unwrap() - uses).abs() < 1e-6,
             "{unit}: {g}"
         );
+        // So is each use without reuse, on which the distinct estimate rests.
+        let last = g["no_reuse_effective"].as_f64().unwrap();
+        assert!(
+            (last - g["no_reuse"].as_f64().unwrap()).abs() < 1e-6,
+            "{unit}: {g}"
+        );
     }
     assert!(
         !one["notes"].to_string().contains("effective samples"),
@@ -616,6 +627,18 @@ fn a_histogram_resting_on_few_effective_samples_says_so() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains(" effective), "), "{}", stdout(&o));
+    // Hotcold's million cold words are last used about once each, but few of the samples
+    // that stood for them survived (2 effective): the distinct estimate says it is rough.
+    let words = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("words:"))
+        .unwrap()
+        .to_owned();
+    assert!(
+        words.contains("estimated (rough: it rests on")
+            && words.contains("effective uses without reuse"),
+        "{words}"
+    );
     // So does the HTML report's RDX section.
     let o = mgbench(&["report", "hc.json", "-o", "hc.html"], &dir);
     assert!(o.status.success(), "{}", stderr(&o));

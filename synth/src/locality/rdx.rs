@@ -612,6 +612,14 @@ impl Timeline {
         effective(&[self.weights()])
     }
 
+    /// The total weight and sum of squared weights of the uses without reuse (the last
+    /// uses, on which the distinct-location estimate rests).
+    pub fn no_reuse_weights(&self) -> (f64, f64) {
+        self.each()
+            .filter(|c| c.1 == NO_REUSE_CELL)
+            .fold((0.0, 0.0), |(a, b), c| (a + c.2[0], b + c.2[3]))
+    }
+
     /// The uses' total weight and sum of squared weights.
     pub fn weights(&self) -> (f64, f64) {
         self.each()
