@@ -18,10 +18,21 @@
 //! slot's state only after the trace holds what the state says, and a thread publishes an
 //! access or a sample only after writing it, so every moment of death leaves a consistent file.
 //!
+//! Skipped accesses are counted here too, so that a sampled trace's skip count stays exact
+//! after a death or an `execve`: each thread's slot holds its skips since its last sample
+//! (`tail_skipped`), the header those of threads that have exited, and the inline access
+//! counter itself lives on the page after the header, with `counter_base`, the count already
+//! given to a thread. [`drain`] adds them up.
+//!
+//! When the guest calls `execve`, the plugin notes the path in the header: QEMU user mode runs
+//! the new program natively, so the trace ends there without an exit hook, and mgbench says
+//! why.
+//!
 //! QEMU's meminfo values (access size and direction, packed) can only be decoded through the
 //! plugin API, so the plugin writes a decoding table for all of them at start.
 //!
 //! Layout (native endianness, x86-64 little-endian): [`SpillHeader`] in the first 4 KiB, the
+//! counter page ([`COUNTER_LANES`] lanes, [`COUNTER_LANE_STRIDE`] u64s apart), the
 //! decoding table (one byte per meminfo value below [`DECODE_ENTRIES`]), then up to
 //! [`MAX_SLOTS`] slots of [`SLOT_BYTES`], each a [`SlotHeader`] (4 KiB), [`SLOT_SAMPLES`]
 //! [`RawSample`]s and [`SLOT_ACCESSES`] [`RawAccess`]es.
@@ -35,7 +46,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::trace::{Access, AccessKind, SampleHeader, TraceWriter};
 
-pub const MAGIC: [u8; 8] = *b"MGBSPIL1";
+pub const MAGIC: [u8; 8] = *b"MGBSPIL2";
 /// Accesses per slot: a chunk of the trace.
 pub const SLOT_ACCESSES: usize = 1 << 16;
 /// Sample headers per slot: a slot is handed over when either part is full.
@@ -44,7 +55,20 @@ pub const SLOT_SAMPLES: usize = 4096;
 pub const MAX_SLOTS: usize = 1024;
 /// Meminfo values the decoding table covers (QEMU 7.2 packs them in 18 bits).
 pub const DECODE_ENTRIES: usize = 1 << 18;
-pub const DECODE_OFFSET: usize = 4096;
+/// The inline access counter's page: lanes the generated code adds to in turn (see the
+/// plugin's `switch`), summed by whoever reads the count.
+pub const COUNTER_OFFSET: usize = 4096;
+pub const COUNTER_LANES: usize = 4;
+/// u64s between lanes (64 bytes: one cache line each).
+pub const COUNTER_LANE_STRIDE: usize = 8;
+/// Bytes of the `execve` path kept in the header.
+pub const EXEC_PATH_BYTES: usize = 1024;
+pub const DECODE_OFFSET: usize = COUNTER_OFFSET + 4096;
+// The counter has a page of its own (the plugin protects it to stop counting), after the
+// header's, and its lanes fit in it.
+const _: () = assert!(COUNTER_OFFSET % 4096 == 0);
+const _: () = assert!(COUNTER_LANES * COUNTER_LANE_STRIDE * 8 <= DECODE_OFFSET - COUNTER_OFFSET);
+const _: () = assert!(size_of::<SpillHeader>() <= COUNTER_OFFSET);
 pub const SLOTS_OFFSET: usize = DECODE_OFFSET + DECODE_ENTRIES;
 const SLOT_HEADER_BYTES: usize = 4096;
 const SAMPLES_OFFSET: usize = SLOT_HEADER_BYTES;
@@ -67,6 +91,14 @@ pub struct SpillHeader {
     pub _pad: u32,
     /// Trace length after the last frame the writer finished.
     pub committed: AtomicU64,
+    /// The counter's value already given to a thread.
+    pub counter_base: AtomicU64,
+    /// Skips since their last sample of the threads that have exited.
+    pub retired_tail: AtomicU64,
+    /// `execve` calls of the traced process, and the last one's path (`exec_len` bytes).
+    pub execs: AtomicU32,
+    pub exec_len: AtomicU32,
+    pub exec_path: [u8; EXEC_PATH_BYTES],
 }
 
 /// The first bytes of a slot.
@@ -87,6 +119,8 @@ pub struct SlotHeader {
     pub _pad: u32,
     pub open_id: AtomicU64,
     pub open_skipped: AtomicU64,
+    /// The filling thread's skips since its last sample (not in any sample header yet).
+    pub tail_skipped: AtomicU64,
 }
 
 /// One access as the plugin's memory callback stores it; `info` is QEMU's meminfo.
@@ -146,6 +180,11 @@ pub struct Drained {
     pub cut: Option<(u64, u64)>,
     /// Slots that could not be read back, and why.
     pub problems: Vec<String>,
+    /// Skipped accesses no sample header holds: the threads' skips since their last sample
+    /// and what the inline counter counted since it was last given to a thread.
+    pub tail_skipped: u64,
+    /// The path of the last `execve` the traced process called, if any.
+    pub exec: Option<String>,
 }
 
 struct PendingSlot {
@@ -251,6 +290,28 @@ fn read_slot(spill: &File, i: usize, decode: &[u8]) -> Result<Option<PendingSlot
     }))
 }
 
+/// The skips no sample header holds: every filling slot's tail, the exited threads', and the
+/// counter's lanes past `counter_base`.
+fn tails(spill: &File, head: &[u8], slots: usize) -> io::Result<u64> {
+    let mut sum = u64_at(head, offset_of!(SpillHeader, retired_tail));
+    let mut h = vec![0u8; size_of::<SlotHeader>()];
+    for i in 0..slots {
+        spill.read_exact_at(&mut h, slot_offset(i) as u64)?;
+        if u32_at(&h, offset_of!(SlotHeader, state)) == FILLING {
+            sum = sum.wrapping_add(u64_at(&h, offset_of!(SlotHeader, tail_skipped)));
+        }
+    }
+    let mut page = vec![0u8; COUNTER_LANES * COUNTER_LANE_STRIDE * 8];
+    spill.read_exact_at(&mut page, COUNTER_OFFSET as u64)?;
+    let count = (0..COUNTER_LANES).fold(0u64, |c, l| {
+        c.wrapping_add(u64_at(&page, l * COUNTER_LANE_STRIDE * 8))
+    });
+    let uncredited = count.wrapping_sub(u64_at(head, offset_of!(SpillHeader, counter_base)));
+    // A counter behind its base cannot happen in one process; read as nothing rather than
+    // as 2^64.
+    Ok(sum.wrapping_add(if uncredited > 1 << 62 { 0 } else { uncredited }))
+}
+
 /// After the plugin died without finishing, appends to `trace` every access the spill file
 /// holds that the trace does not, in the order the writer would have written them.
 pub fn drain(spill: &File, trace: &Path) -> io::Result<Drained> {
@@ -265,7 +326,18 @@ pub fn drain(spill: &File, trace: &Path) -> io::Result<Drained> {
     let mut decode = vec![0u8; DECODE_ENTRIES];
     spill.read_exact_at(&mut decode, DECODE_OFFSET as u64)?;
 
-    let mut out = Drained::default();
+    let mut out = Drained {
+        tail_skipped: tails(spill, &head, slots)?,
+        ..Drained::default()
+    };
+    let execs = u32_at(&head, offset_of!(SpillHeader, execs));
+    if execs > 0 {
+        let n = (u32_at(&head, offset_of!(SpillHeader, exec_len)) as usize).min(EXEC_PATH_BYTES);
+        let at = offset_of!(SpillHeader, exec_path);
+        out.exec = head
+            .get(at..at + n)
+            .map(|b| String::from_utf8_lossy(b).into_owned());
+    }
     let mut pending = Vec::new();
     for i in 0..slots {
         match read_slot(spill, i, &decode) {
@@ -315,7 +387,7 @@ mod tests {
         assert_eq!(size_of::<RawAccess>(), 24);
         assert_eq!(size_of::<RawSample>(), 24);
         assert!(size_of::<SlotHeader>() <= SLOT_HEADER_BYTES);
-        assert!(size_of::<SpillHeader>() <= DECODE_OFFSET);
+        assert!(size_of::<SpillHeader>() <= COUNTER_OFFSET);
         assert_eq!(SLOTS_OFFSET % 4096, 0);
         assert_eq!(SLOT_BYTES % 4096, 0);
     }
@@ -333,6 +405,7 @@ mod tests {
         closed: Vec<RawSample>,
         open: Option<(u64, u64)>,
         accesses: Vec<RawAccess>,
+        tail: u64,
     }
 
     fn spill_image(committed: u64, slots: &[SlotSpec]) -> Vec<u8> {
@@ -354,7 +427,7 @@ mod tests {
                 Some(o) => (1u32, o),
                 None => (0, (0, 0)),
             };
-            let fields: [(usize, Vec<u8>); 9] = [
+            let fields: [(usize, Vec<u8>); 10] = [
                 (offset_of!(SlotHeader, state), s.state.to_le_bytes().into()),
                 (
                     offset_of!(SlotHeader, thread),
@@ -381,6 +454,10 @@ mod tests {
                 (
                     offset_of!(SlotHeader, open_skipped),
                     open_skipped.to_le_bytes().into(),
+                ),
+                (
+                    offset_of!(SlotHeader, tail_skipped),
+                    s.tail.to_le_bytes().into(),
                 ),
             ];
             for (f, bytes) in fields {
@@ -504,6 +581,7 @@ mod tests {
                 closed: vec![sample(1, 0, 4)],
                 open: Some((1, 0)),
                 accesses: raw(4, true),
+                tail: 0,
             },
             SlotSpec {
                 state: QUEUED,
@@ -513,6 +591,7 @@ mod tests {
                 closed: vec![],
                 open: Some((7, 9)),
                 accesses: raw(3, false),
+                tail: 0,
             },
             SlotSpec {
                 state: WRITING,
@@ -522,6 +601,7 @@ mod tests {
                 closed: vec![sample(0, 5, 2)],
                 open: None,
                 accesses: raw(2, false),
+                tail: 0,
             },
             SlotSpec {
                 state: FREE,
@@ -531,6 +611,7 @@ mod tests {
                 closed: vec![],
                 open: None,
                 accesses: raw(5, false),
+                tail: 0,
             },
         ];
         let spill = dir.join("spill");
@@ -581,6 +662,63 @@ mod tests {
     }
 
     #[test]
+    fn drain_counts_the_skips_no_sample_holds_and_the_exec() {
+        let dir = temp("tails");
+        let trace = dir.join("t.mgbt");
+        let committed = new_trace(&trace);
+        let slot = |state, tail: u64| SlotSpec {
+            state,
+            thread: 0,
+            seq: 0,
+            write_offset: 0,
+            closed: vec![],
+            open: None,
+            accesses: vec![],
+            tail,
+        };
+        // A thread filling its slot (100 skips since its last sample) and an older slot of
+        // it in the queue, whose tail was carried over and no longer counts.
+        let mut img = spill_image(committed, &[slot(FILLING, 100), slot(QUEUED, 55)]);
+        put(
+            &mut img,
+            offset_of!(SpillHeader, retired_tail),
+            &7u64.to_le_bytes(),
+        );
+        // The counter: 100 in its lanes, 60 of them already given to a thread.
+        for (l, v) in [10u64, 20, 30, 40].iter().enumerate() {
+            put(
+                &mut img,
+                COUNTER_OFFSET + l * COUNTER_LANE_STRIDE * 8,
+                &v.to_le_bytes(),
+            );
+        }
+        put(
+            &mut img,
+            offset_of!(SpillHeader, counter_base),
+            &60u64.to_le_bytes(),
+        );
+        let path = b"/usr/bin/python3.11";
+        put(
+            &mut img,
+            offset_of!(SpillHeader, execs),
+            &2u32.to_le_bytes(),
+        );
+        put(
+            &mut img,
+            offset_of!(SpillHeader, exec_len),
+            &(path.len() as u32).to_le_bytes(),
+        );
+        put(&mut img, offset_of!(SpillHeader, exec_path), path);
+        let spill = dir.join("spill");
+        std::fs::write(&spill, img).unwrap();
+        let d = drain(&std::fs::File::open(&spill).unwrap(), &trace).unwrap();
+        assert_eq!(d.tail_skipped, 100 + 7 + 40);
+        assert_eq!(d.exec.as_deref(), Some("/usr/bin/python3.11"));
+        assert_eq!(d.chunks, 0, "no accesses in the slots");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
     fn drain_cuts_a_torn_frame_back_to_the_last_complete_one() {
         let dir = temp("torn");
         let trace = dir.join("t.mgbt");
@@ -624,6 +762,7 @@ mod tests {
                 closed: vec![],
                 open: Some((0, 0)),
                 accesses: bad,
+                tail: 0,
             },
             SlotSpec {
                 state: FILLING,
@@ -633,6 +772,7 @@ mod tests {
                 closed: vec![],
                 open: None,
                 accesses: raw(2, false),
+                tail: 0,
             },
             SlotSpec {
                 state: FILLING,
@@ -642,6 +782,7 @@ mod tests {
                 closed: vec![],
                 open: Some((0, 0)),
                 accesses: raw(2, false),
+                tail: 0,
             },
         ];
         let spill = dir.join("spill");

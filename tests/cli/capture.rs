@@ -613,7 +613,8 @@ fn a_forked_child_exits_with_its_own_status() {
 }
 
 /// A program whose `threads` threads each store `n` doubles in one loop, then end as `how`
-/// says: `segv` (a null load), `wait` (print "ready" and wait to be killed) or `exit`.
+/// says: `segv` (a null load), `wait` (print "ready" and wait to be killed), `xexec` (replace
+/// itself with /bin/true) or `exit`.
 const DYING: &str = r#"#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -627,6 +628,7 @@ int main(int c, char **v) {
   for (int i = 1; i < threads; i++) pthread_join(t[i], 0);
   if (v[3][0] == 's') return (int)*(volatile int *)0;
   if (v[3][0] == 'w') { printf("ready\n"); fflush(stdout); pause(); }
+  if (v[3][0] == 'x') execl("/bin/true", "true", (char *)0);
   return 0;
 }
 "#;
@@ -702,6 +704,45 @@ fn a_crashing_program_leaves_every_recorded_access_and_its_signal() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(loop_stores(&read_trace(&dir.join("e.mgbt"))), 3 * n);
+}
+
+#[test]
+fn sampled_skip_counts_stay_exact_when_the_program_dies_or_execs() {
+    if !need_qemu("sampled capture of a crash and an exec") {
+        return;
+    }
+    let dir = temp_dir("tails");
+    build_dying(&dir);
+    // QEMU runs no exit hook after a crash or an execve: the skips since the last window
+    // (up to a period) come from the spill file, counted inline (the default period) or by
+    // callbacks (a period under 2^18).
+    let n = "3000001";
+    let capture = |how: &str, sampling: &[&str], out: &str| {
+        let mut a = vec!["capture", "--quiet", "-o", out];
+        a.extend(sampling);
+        a.extend(["./dying", n, "1", how]);
+        let o = mgbench(&a, &dir);
+        (o, read_trace(&dir.join(out)))
+    };
+    for how in ["segv", "xexec"] {
+        let (o, full) = capture(how, &["--full"], "full.mgbt");
+        let want = if how == "segv" { Some(139) } else { Some(0) };
+        assert_eq!(o.status.code(), want, "{how}: {}", stderr(&o));
+        for sampling in [&[][..], &["--sample-period", "65536"][..]] {
+            let (o, sampled) = capture(how, sampling, "s.mgbt");
+            assert_eq!(o.status.code(), want, "{how} {sampling:?}: {}", stderr(&o));
+            let windows = assert_skips_exact(&full, &sampled);
+            assert!(windows.values().sum::<usize>() >= 2, "{how} {sampling:?}");
+            if how == "xexec" {
+                assert!(
+                    stderr(&o)
+                        .contains("the trace ends where the program called execve(/bin/true)"),
+                    "{}",
+                    stderr(&o)
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -227,6 +227,7 @@ impl Vcpu {
         if self.skip_left > 0 {
             self.skip_left -= 1;
             self.skipped += 1;
+            self.publish_tail();
             return;
         }
         if !self.sample_open {
@@ -264,11 +265,23 @@ impl Vcpu {
         }
     }
 
+    /// Tells mgbench (the slot's header) the skips since the last sample, which no sample
+    /// header holds yet: what a death or an execve would otherwise lose.
+    #[inline(always)]
+    fn publish_tail(&self) {
+        if let Some(s) = &self.slot {
+            s.header.tail_skipped.store(self.skipped, Ordering::Relaxed);
+        }
+    }
+
     fn open_sample(&mut self, skipped_before: u64) {
         self.sample_open = true;
         self.sample_skipped = skipped_before;
         self.sample_len = 0;
         if let Some(s) = &self.slot {
+            // The skips move into the sample: the tail empties first, so that a death in
+            // between loses them rather than counting them twice.
+            s.header.tail_skipped.store(0, Ordering::Release);
             s.header.open_id.store(self.sample_id, Ordering::Relaxed);
             s.header
                 .open_skipped
@@ -282,6 +295,7 @@ impl Vcpu {
         if !self.off {
             self.skipped += n;
             self.skip_left = self.skip_left.saturating_sub(n);
+            self.publish_tail();
         }
         self.skip_left
     }
@@ -353,6 +367,7 @@ impl Vcpu {
             )));
             return;
         }
+        self.publish_tail();
         if continuing {
             self.open_sample(0);
         }
@@ -509,6 +524,10 @@ extern "C" fn vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {
     // SAFETY: the exit callback runs on the exiting vCPU's thread.
     if let Some(v) = unsafe { vcpu_state(vcpu) } {
         v.flush(true);
+        // Its slot is gone; its skips since the last sample stay countable after a death.
+        if std::process::id() == plugin().pid {
+            slots::retire_tail(v.skipped);
+        }
     }
 }
 
@@ -753,6 +772,41 @@ extern "C" fn syscall_ret(_id: qemu_plugin_id_t, _vcpu: c_uint, num: i64, ret: i
         _ => return,
     };
     note_mappings(plugin(), addr);
+}
+
+/// An `execve` replaces the process with a program QEMU user mode runs natively, without
+/// exit hooks: its path goes to the spill header, so that mgbench can say where the trace
+/// ends and why (what was recorded and skipped is there already).
+#[allow(clippy::too_many_arguments)]
+extern "C" fn syscall_entry(
+    _id: qemu_plugin_id_t,
+    _vcpu: c_uint,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    _a3: u64,
+    _a4: u64,
+    _a5: u64,
+    _a6: u64,
+    _a7: u64,
+    _a8: u64,
+) {
+    // x86-64 system call numbers: execve(path, ...), execveat(dirfd, path, ...).
+    const EXECVE: i64 = 59;
+    const EXECVEAT: i64 = 322;
+    let path = match num {
+        EXECVE => a1,
+        EXECVEAT => a2,
+        _ => return,
+    };
+    if std::process::id() != plugin().pid {
+        // A forked child's exec: the parent's trace goes on.
+        return;
+    }
+    let mut buf = [0u8; spill::EXEC_PATH_BYTES];
+    let n = sys::read_own(path, &mut buf);
+    let end = buf[..n].iter().position(|&b| b == 0).unwrap_or(n);
+    slots::note_exec(&buf[..end]);
 }
 
 fn read_proc_maps() -> Vec<Mapping> {
@@ -1154,6 +1208,7 @@ fn register_callbacks(id: qemu_plugin_id_t) {
         qemu_plugin_register_vcpu_exit_cb(id, vcpu_exit);
         qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
         qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
+        qemu_plugin_register_vcpu_syscall_cb(id, syscall_entry);
         qemu_plugin_register_atexit_cb(id, at_exit, ptr::null_mut());
     }
 }

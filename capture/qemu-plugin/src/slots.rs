@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use mgbench_capture::spill::{
-    encode_info, slot_offset, RawAccess, RawSample, SlotHeader, SpillHeader, DECODE_ENTRIES,
-    DECODE_OFFSET, FILE_BYTES, FILLING, FREE, MAGIC, MAX_SLOTS, SLOT_ACCESSES_AT, SLOT_SAMPLES_AT,
+    encode_info, slot_offset, RawAccess, RawSample, SlotHeader, SpillHeader, COUNTER_LANES,
+    COUNTER_LANE_STRIDE, COUNTER_OFFSET, DECODE_ENTRIES, DECODE_OFFSET, EXEC_PATH_BYTES,
+    FILE_BYTES, FILLING, FREE, MAGIC, MAX_SLOTS, SLOT_ACCESSES_AT, SLOT_SAMPLES_AT,
 };
 
 use crate::sys::{qemu_plugin_mem_is_store, qemu_plugin_mem_size_shift};
@@ -81,8 +82,39 @@ pub fn init(spill: Option<&str>) -> Result<(), String> {
     // reads nothing from a file without it.
     unsafe { (*base.cast::<SpillHeader>()).magic = MAGIC };
     BASE.store(base, Ordering::Release);
+    // The inline counter on the file's counter page, its base in the header: after a death
+    // mgbench adds what it counted since it was last given to a thread.
+    // SAFETY: the counter page lies inside the mapping, which lives until the process exits.
+    unsafe {
+        crate::switch::place_counter(base.add(COUNTER_OFFSET).cast(), &header().counter_base)
+    };
     crate::sys::on_fork_child(forget_in_child);
     Ok(())
+}
+
+/// Adds an exiting thread's skips since its last sample to the header's count.
+pub fn retire_tail(skipped: u64) {
+    if !BASE.load(Ordering::Acquire).is_null() {
+        header().retired_tail.fetch_add(skipped, Ordering::AcqRel);
+    }
+}
+
+/// Notes an `execve` of `path` in the header (the last one wins: a shell's failed tries
+/// along PATH come before the one that replaces the process).
+pub fn note_exec(path: &[u8]) {
+    let base = BASE.load(Ordering::Acquire);
+    if base.is_null() {
+        return;
+    }
+    let n = path.len().min(EXEC_PATH_BYTES);
+    // SAFETY: exec_path is EXEC_PATH_BYTES inside the header; only the thread calling
+    // execve writes it, and mgbench reads it after the process is gone.
+    unsafe {
+        let at = base.add(std::mem::offset_of!(SpillHeader, exec_path));
+        std::ptr::copy_nonoverlapping(path.as_ptr(), at, n);
+    }
+    header().exec_len.store(n as u32, Ordering::Release);
+    header().execs.fetch_add(1, Ordering::AcqRel);
 }
 
 /// In a forked child: the parent's slots must not be written by the child's copy of a thread,
@@ -90,8 +122,21 @@ pub fn init(spill: Option<&str>) -> Result<(), String> {
 extern "C" fn forget_in_child() {
     let base = BASE.load(Ordering::Acquire);
     if !base.is_null() {
-        // SAFETY: replaces our own mapping with fresh private memory of the same size.
-        unsafe { crate::sys::remap_private(base, FILE_BYTES) };
+        // The counter goes on in the child's copy from the value it had (its base is the
+        // parent's).
+        let lane = |l: usize| COUNTER_OFFSET + l * COUNTER_LANE_STRIDE * 8;
+        let mut lanes = [0u64; COUNTER_LANES];
+        // SAFETY: the lanes are aligned u64s on the counter page inside the mapping; the
+        // remap replaces our own mapping with fresh private memory of the same size.
+        unsafe {
+            for (l, v) in lanes.iter_mut().enumerate() {
+                *v = std::ptr::read_volatile(base.add(lane(l)).cast::<u64>());
+            }
+            crate::sys::remap_private(base, FILE_BYTES);
+            for (l, v) in lanes.iter().enumerate() {
+                std::ptr::write_volatile(base.add(lane(l)).cast::<u64>(), *v);
+            }
+        }
     }
 }
 
@@ -143,6 +188,7 @@ pub fn take(thread: u32) -> Option<Slot> {
     h.len.store(0, Ordering::Release);
     h.samples.store(0, Ordering::Release);
     h.open.store(0, Ordering::Release);
+    h.tail_skipped.store(0, Ordering::Release);
     h.thread.store(thread, Ordering::Release);
     h.seq.store(u64::MAX, Ordering::Release);
     h.state.store(FILLING, Ordering::Release);

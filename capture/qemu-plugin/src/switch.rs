@@ -24,7 +24,7 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -39,6 +39,29 @@ struct CounterPage(UnsafeCell<[u64; 512]>);
 unsafe impl Sync for CounterPage {}
 
 static COUNTER: CounterPage = CounterPage(UnsafeCell::new([0; 512]));
+
+/// Where the counter is: a page of the spill file when capture placed it there (so that
+/// mgbench reads what it counted after a death), else [`COUNTER`].
+static COUNTER_AT: AtomicPtr<u64> = AtomicPtr::new(std::ptr::null_mut());
+/// Where `BASE` is mirrored for mgbench (the spill header's `counter_base`), if anywhere.
+static BASE_MIRROR: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Moves the counter to `page` (page-aligned, at least the lanes long, alive until exit) and
+/// mirrors `BASE` into `base`. Only before anything is translated.
+pub fn place_counter(page: *mut u64, base: &'static AtomicU64) {
+    COUNTER_AT.store(page, Ordering::Release);
+    BASE_MIRROR.store(std::ptr::from_ref(base).cast_mut(), Ordering::Release);
+}
+
+/// `BASE` becomes `now` (here and in the mirror); returns the old value.
+fn rebase(now: u64) -> u64 {
+    let old = BASE.swap(now, Ordering::AcqRel);
+    // SAFETY: the mirror, when set, is the spill header's field, alive until exit.
+    if let Some(m) = unsafe { BASE_MIRROR.load(Ordering::Acquire).as_ref() } {
+        m.store(now, Ordering::Release);
+    }
+    old
+}
 
 /// Skips shorter than this are counted by callbacks: two retranslations per window would
 /// cost more than the callbacks they save.
@@ -87,14 +110,14 @@ fn mode_from(v: u8) -> Mode {
 /// so with one lane every access waits for the previous access's store to reach the next
 /// load (store-to-load forwarding, several cycles), which cost library-heavy code up to 1.7x
 /// bare QEMU here. The count is the sum of the lanes.
-const LANES: usize = 4;
+const LANES: usize = mgbench_capture::spill::COUNTER_LANES;
 /// u64s between lanes (64 bytes).
-const LANE_STRIDE: usize = 8;
+const LANE_STRIDE: usize = mgbench_capture::spill::COUNTER_LANE_STRIDE;
 
 /// The counter lane for the `i`-th instruction of a block.
 pub fn lane_ptr(i: usize) -> *mut u64 {
     // SAFETY: (i % LANES) * LANE_STRIDE < 512, inside the counter page.
-    unsafe { COUNTER.0.get().cast::<u64>().add((i % LANES) * LANE_STRIDE) }
+    unsafe { page().cast::<u64>().add((i % LANES) * LANE_STRIDE) }
 }
 
 /// The sum of the lanes. Each lane only grows and is read after the one before, so two
@@ -113,7 +136,12 @@ pub fn uncredited() -> u64 {
 }
 
 fn page() -> *mut c_void {
-    COUNTER.0.get().cast()
+    let at = COUNTER_AT.load(Ordering::Acquire);
+    if at.is_null() {
+        COUNTER.0.get().cast()
+    } else {
+        at.cast()
+    }
 }
 
 /// Mode for the translations made now.
@@ -205,7 +233,7 @@ pub fn second_thread(child: u32) -> Option<(u32, u64)> {
     unsafe { sys::protect_page(page(), true) };
     let owner = OWNER.swap(child, Ordering::AcqRel);
     let now = count();
-    let credit = now - BASE.swap(now, Ordering::AcqRel);
+    let credit = now.wrapping_sub(rebase(now));
     if mode() == Mode::Count || PENDING.load(Ordering::Acquire) {
         request(Mode::Callbacks);
     }
@@ -221,7 +249,9 @@ pub fn on_reset(credit: impl FnOnce(u32, u64) -> u64) {
     // SAFETY: our own page.
     unsafe { sys::protect_page(page(), true) };
     let now = count();
-    let delta = now - BASE.swap(now, Ordering::AcqRel);
+    // Rebased before the owner is credited: a death in between loses the delta from the
+    // count mgbench recovers instead of counting it twice.
+    let delta = now.wrapping_sub(rebase(now));
     let skip_left = credit(OWNER.load(Ordering::Acquire), delta);
     let to = if enabled() {
         mode_from(TARGET.load(Ordering::Acquire))
@@ -247,10 +277,7 @@ fn finish(to: Mode) {
 /// The counter's credit not given to any thread yet (at exit), for `OWNER`.
 pub fn take_credit() -> (u32, u64) {
     let now = count();
-    (
-        OWNER.load(Ordering::Acquire),
-        now - BASE.swap(now, Ordering::AcqRel),
-    )
+    (OWNER.load(Ordering::Acquire), now.wrapping_sub(rebase(now)))
 }
 
 /// The only guest thread so far (set when the first vCPU starts).

@@ -44,6 +44,8 @@ pub type vcpu_udata_cb = extern "C" fn(c_uint, *mut c_void);
 pub type vcpu_mem_cb = extern "C" fn(c_uint, qemu_plugin_meminfo_t, u64, *mut c_void);
 pub type udata_cb = extern "C" fn(qemu_plugin_id_t, *mut c_void);
 pub type vcpu_syscall_ret_cb = extern "C" fn(qemu_plugin_id_t, c_uint, i64, i64);
+pub type vcpu_syscall_cb =
+    extern "C" fn(qemu_plugin_id_t, c_uint, i64, u64, u64, u64, u64, u64, u64, u64, u64);
 pub type simple_cb = extern "C" fn(qemu_plugin_id_t);
 
 /// `enum qemu_plugin_op`
@@ -105,6 +107,7 @@ qemu_api! {
     fn qemu_plugin_register_vcpu_init_cb(id: qemu_plugin_id_t, cb: vcpu_simple_cb);
     fn qemu_plugin_register_vcpu_exit_cb(id: qemu_plugin_id_t, cb: vcpu_simple_cb);
     fn qemu_plugin_register_vcpu_syscall_ret_cb(id: qemu_plugin_id_t, cb: vcpu_syscall_ret_cb);
+    fn qemu_plugin_register_vcpu_syscall_cb(id: qemu_plugin_id_t, cb: vcpu_syscall_cb);
     fn qemu_plugin_register_atexit_cb(id: qemu_plugin_id_t, cb: udata_cb, udata: *mut c_void);
     fn qemu_plugin_tb_n_insns(tb: *const qemu_plugin_tb) -> usize;
     fn qemu_plugin_tb_vaddr(tb: *const qemu_plugin_tb) -> u64;
@@ -273,6 +276,22 @@ pub unsafe fn remap_private(base: *mut u8, len: usize) {
             0,
         )
     };
+}
+
+/// Copies this process's memory at `addr` into `buf` without trusting the address (a guest
+/// pointer: `process_vm_readv` fails where a plain read would fault); returns the bytes read.
+pub fn read_own(addr: u64, buf: &mut [u8]) -> usize {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: the kernel checks the remote range and writes only into `buf`.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    usize::try_from(n).unwrap_or(0)
 }
 
 /// Runs `f` in the child after every fork of this process.

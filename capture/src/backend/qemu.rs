@@ -315,16 +315,32 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                 let _ = std::fs::remove_file(&output);
                 return Err(CaptureError::PluginNotLoaded { plugin });
             }
-            // The guest died from a signal (or QEMU was killed): QEMU skips plugin exit
-            // hooks, so the last accesses recorded are still in the spill file. Write them,
+            // The guest died from a signal, QEMU was killed, or the program replaced itself
+            // (execve): QEMU runs no plugin exit hook, so the last accesses recorded, and the
+            // skips since each thread's last sample, are still in the spill file. Write them,
             // then count what the trace holds.
-            let why = match exit {
-                ProgramExit::Signal(s) => format!("the program was killed by {}", signal_name(s)),
+            let drained = spill.as_ref().map(|f| crate::spill::drain(f, &output));
+            let exec = match (&drained, exit) {
+                (Some(Ok(d)), ProgramExit::Code(_)) => d.exec.clone(),
+                _ => None,
+            };
+            let why = match (exit, &exec) {
+                (ProgramExit::Signal(s), _) => {
+                    format!("the program was killed by {}", signal_name(s))
+                }
+                (_, Some(path)) => format!("the program replaced itself with {path} (execve)"),
                 _ => "the plugin did not finish".to_string(),
             };
-            match spill.as_ref().map(|f| crate::spill::drain(f, &output)) {
+            if let Some(path) = &exec {
+                warnings.push(format!(
+                    "the trace ends where the program called execve({path}): QEMU user mode runs the new program natively, so nothing after it is recorded (everything before is); to trace that program, capture it directly: mgbench capture -- {path} ..."
+                ));
+            }
+            let mut tail = 0;
+            match drained {
                 None => {}
                 Some(Ok(d)) => {
+                    tail = d.tail_skipped;
                     for p in d.problems {
                         warnings.push(format!("{why}; recorded accesses not recovered: {p}"));
                     }
@@ -335,6 +351,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                 )),
             }
             let (rec, skip, threads, damage) = scan_counts(&output);
+            let skip = skip + tail;
             if let Some(d) = damage {
                 warnings.push(format!(
                     "the last frame was cut short ({d}); everything before it is readable"
