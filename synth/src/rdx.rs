@@ -608,6 +608,7 @@ pub fn reuse_live(
     let mut adaptive = false;
     let mut periods: Option<(u64, u64)> = None;
     let mut last_time = 0u64;
+    let mut exec: Option<(u64, String)> = None;
     let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
     for (n, line) in text.lines().enumerate() {
         let (kind, rest) = line.split_once(' ').unwrap_or((line, ""));
@@ -677,6 +678,12 @@ pub fn reuse_live(
             "N" => notes.push(rest.to_string()),
             "B" => blocks = f.first().and_then(|v| v.parse::<u64>().ok()),
             "E" => accesses = f.first().and_then(|v| v.parse::<u64>().ok()),
+            // An execve: the run leaves QEMU there if no exit (`E`) follows.
+            "X" => {
+                let (now, path) = rest.split_once(' ').unwrap_or((rest, ""));
+                let now = now.parse::<u64>().map_err(|_| bad(n, line))?;
+                exec = Some((now, path.to_string()));
+            }
             _ => return Err(bad(n, line)),
         }
     }
@@ -686,11 +693,19 @@ pub fn reuse_live(
         )));
     };
     sampler.finish(&mut on_pair);
-    let accesses = accesses.unwrap_or_else(|| {
-        notes.push(format!(
-            "the program did not exit normally: the histograms cover its first {last_time} accesses"
-        ));
-        last_time
+    let accesses = accesses.unwrap_or_else(|| match exec {
+        Some((at, path)) => {
+            notes.push(format!(
+                "the program replaced itself with {path} (execve) at access {at}: QEMU user mode runs the new program natively, so the histograms cover the accesses before it (to measure that program: mgbench reuse -- {path} ...)"
+            ));
+            at.max(last_time)
+        }
+        None => {
+            notes.push(format!(
+                "the program did not exit normally: the histograms cover its first {last_time} accesses"
+            ));
+            last_time
+        }
     });
     let mut tracks = vec![Track {
         sampler,
@@ -891,6 +906,31 @@ mod tests {
         let r = reuse_live(&p, "prog", &cfg).unwrap();
         assert_eq!(r.accesses, 12);
         assert!(r.notes.iter().any(|n| n.contains("did not exit normally")));
+        std::fs::remove_file(&p).ok();
+        // An execve that left QEMU (the shell's failed try first): the run ends there.
+        let text = "H 10 0.5 1 1\nS 0x1 0x1000 10 0\nX 15 /nope/true\nT 0 12\nX 20 /bin/my prog\n";
+        let p = events("exec", text);
+        let r = reuse_live(&p, "prog", &cfg).unwrap();
+        assert_eq!(r.accesses, 20);
+        let note = r.notes.iter().find(|n| n.contains("execve")).unwrap();
+        assert!(
+            note.contains("replaced itself with /bin/my prog (execve) at access 20"),
+            "{note}"
+        );
+        assert!(!r.notes.iter().any(|n| n.contains("did not exit normally")));
+        std::fs::remove_file(&p).ok();
+        // A failed execve followed by a normal exit changes nothing.
+        let p = events(
+            "exec-failed",
+            "H 10 0.5 1 1\nS 0x1 0x1000 10 0\nX 11 /nope\nT 0 12\nE 30\n",
+        );
+        let r = reuse_live(&p, "prog", &cfg).unwrap();
+        assert_eq!(r.accesses, 30);
+        assert!(
+            !r.notes.iter().any(|n| n.contains("execve")),
+            "{:?}",
+            r.notes
+        );
         std::fs::remove_file(&p).ok();
         let p = events("bad", "H 10 0.5 1 1\nS zz 0x1000 10 0\n");
         let e = reuse_live(&p, "prog", &cfg).unwrap_err().to_string();

@@ -437,6 +437,29 @@ fn live_rdx_adapts_its_period_by_default_and_stays_accurate() {
 }
 
 #[test]
+fn live_rdx_of_a_program_that_execs_says_where_it_left_qemu() {
+    if !have("qemu-x86_64", "live RDX of a shell that execs") {
+        return;
+    }
+    let dir = temp_dir("reuse-live-exec");
+    // The shell forks a child that execs /bin/true (not the measured process: its events
+    // stay out), then replaces itself with /bin/true, which QEMU runs natively.
+    let script = "i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done; /bin/true; exec /bin/true";
+    let v = live_json_on(&dir, "qemu", Some("4096"), &["/bin/sh", "-c", script]);
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains("the program replaced itself with /bin/true (execve) at access"),
+        "{notes}"
+    );
+    assert!(!notes.contains("did not exit normally"), "{notes}");
+    assert!(
+        v["words"]["samples"].as_u64().unwrap() > 100,
+        "{}",
+        v["words"]
+    );
+}
+
+#[test]
 fn live_rdx_stops_sampling_at_a_second_thread_and_the_program_runs_on() {
     if !have("qemu-x86_64", "live RDX of a threaded program") {
         return;

@@ -698,11 +698,50 @@ extern "C" fn rdx_at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     rdx::finish();
 }
 
+/// Live RDX: an `execve` leaves QEMU (see [`rdx::on_exec`]).
+#[allow(clippy::too_many_arguments)]
+extern "C" fn rdx_syscall_entry(
+    _id: qemu_plugin_id_t,
+    _vcpu: c_uint,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    _a3: u64,
+    _a4: u64,
+    _a5: u64,
+    _a6: u64,
+    _a7: u64,
+    _a8: u64,
+) {
+    if let Some(path) = exec_path(num, a1, a2) {
+        rdx::on_exec(&path);
+    }
+}
+
+/// The path an `execve` or `execveat` system call (`num`, first arguments `a1`, `a2`) runs,
+/// read without trusting the guest's pointer; `None` for other calls.
+fn exec_path(num: i64, a1: u64, a2: u64) -> Option<Vec<u8>> {
+    // x86-64 system call numbers: execve(path, ...), execveat(dirfd, path, ...).
+    const EXECVE: i64 = 59;
+    const EXECVEAT: i64 = 322;
+    let path = match num {
+        EXECVE => a1,
+        EXECVEAT => a2,
+        _ => return None,
+    };
+    let mut buf = vec![0u8; spill::EXEC_PATH_BYTES];
+    let n = sys::read_own(path, &mut buf);
+    let end = buf[..n].iter().position(|&b| b == 0).unwrap_or(n);
+    buf.truncate(end);
+    Some(buf)
+}
+
 fn register_rdx_callbacks(id: qemu_plugin_id_t) {
     // SAFETY: registering callbacks with the id QEMU gave us.
     unsafe {
         qemu_plugin_register_vcpu_init_cb(id, rdx_vcpu_init);
         qemu_plugin_register_vcpu_tb_trans_cb(id, rdx_tb_trans);
+        qemu_plugin_register_vcpu_syscall_cb(id, rdx_syscall_entry);
         qemu_plugin_register_atexit_cb(id, rdx_at_exit, ptr::null_mut());
     }
 }
@@ -791,22 +830,13 @@ extern "C" fn syscall_entry(
     _a7: u64,
     _a8: u64,
 ) {
-    // x86-64 system call numbers: execve(path, ...), execveat(dirfd, path, ...).
-    const EXECVE: i64 = 59;
-    const EXECVEAT: i64 = 322;
-    let path = match num {
-        EXECVE => a1,
-        EXECVEAT => a2,
-        _ => return,
-    };
-    if std::process::id() != plugin().pid {
-        // A forked child's exec: the parent's trace goes on.
+    let Some(path) = exec_path(num, a1, a2) else {
         return;
+    };
+    // A forked child's exec leaves the parent's trace going on.
+    if std::process::id() == plugin().pid {
+        slots::note_exec(&path);
     }
-    let mut buf = [0u8; spill::EXEC_PATH_BYTES];
-    let n = sys::read_own(path, &mut buf);
-    let end = buf[..n].iter().position(|&b| b == 0).unwrap_or(n);
-    slots::note_exec(&buf[..end]);
 }
 
 fn read_proc_maps() -> Vec<Mapping> {

@@ -21,7 +21,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::switch;
@@ -135,6 +135,8 @@ struct State {
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// The measured process (set at init).
+static PID: AtomicU32 = AtomicU32::new(0);
 
 impl State {
     fn next(&mut self) -> u64 {
@@ -160,6 +162,11 @@ impl State {
         if n == buf.len() {
             // Cut short: keep the line a line, or the next event would run into it.
             buf[n - 1] = b'\n';
+        }
+        // A forked child (a shell running a command) inherits this state and the file: its
+        // events are not the measured process's.
+        if std::process::id() != PID.load(Ordering::Relaxed) {
+            return;
         }
         // One write per event: a program that dies keeps what was logged before.
         let _ = self.out.write_all(&buf[..n]);
@@ -397,6 +404,7 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
         .append(true)
         .open(out)
         .map_err(|e| format!("cannot open events file {out}: {e}"))?;
+    PID.store(std::process::id(), Ordering::Relaxed);
     let mut st = State {
         args,
         out: file,
@@ -541,6 +549,27 @@ pub fn second_thread() {
             st.log(format_args!(
                 "N a second thread started at access {now}: sampling stopped there (live RDX follows one thread; record the program with capture --full and run reuse --rdx for threads)\n"
             ));
+        }
+    }
+}
+
+/// The guest calls `execve(path)`: if it succeeds, QEMU user mode runs the new program
+/// natively and no exit hook runs, so log the traps so far, the mappings and where the run
+/// left QEMU (a failed call, as a shell's tries along PATH, changes nothing: the exit's `E`
+/// comes after).
+pub fn on_exec(path: &[u8]) {
+    let now = match STOP_TIME.load(Ordering::Acquire) {
+        0 => now(),
+        t => t,
+    };
+    if let Ok(mut g) = STATE.try_lock() {
+        if let Some(st) = g.as_mut() {
+            if !STOPPED.load(Ordering::Acquire) {
+                st.drain_traps();
+            }
+            st.log_maps();
+            let path = String::from_utf8_lossy(path);
+            st.log(format_args!("X {now} {path}\n"));
         }
     }
 }
