@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use mgbench_replay::results::write_atomically;
-use mgbench_synth::locality::rdx::{Attribution, RdxConfig};
+use mgbench_synth::locality::rdx::{distinct_from_last_uses, Attribution, RdxConfig};
 use mgbench_synth::rdx::{reuse, reuse_live, Bin, GranularityReport, ReuseConfig, ReuseReport};
 
 use super::progress::{Display, Style};
@@ -355,12 +355,7 @@ const ROUGH_DISTINCT: f64 = 10.0;
 /// What the distinct estimate rests on, where the reader should know: the floor (the
 /// locations the window of the longest reuse holds) or a handful of uses without reuse.
 fn distinct_basis(g: &GranularityReport, accesses: u64) -> String {
-    let all = g.attributed_reuses + g.no_reuse;
-    let from_last_uses = if all > 0.0 {
-        accesses as f64 * g.no_reuse / all
-    } else {
-        0.0
-    };
+    let from_last_uses = distinct_from_last_uses(g.attributed_reuses, g.no_reuse, accesses);
     match g.no_reuse_effective {
         Some(k) if k <= 0.0 => {
             " (every sampled use saw a reuse: the locations the window of the longest reuse holds, a floor)".into()

@@ -698,26 +698,6 @@ extern "C" fn rdx_at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     rdx::finish();
 }
 
-/// Live RDX: an `execve` leaves QEMU (see [`rdx::on_exec`]).
-#[allow(clippy::too_many_arguments)]
-extern "C" fn rdx_syscall_entry(
-    _id: qemu_plugin_id_t,
-    _vcpu: c_uint,
-    num: i64,
-    a1: u64,
-    a2: u64,
-    _a3: u64,
-    _a4: u64,
-    _a5: u64,
-    _a6: u64,
-    _a7: u64,
-    _a8: u64,
-) {
-    if let Some(path) = exec_path(num, a1, a2) {
-        rdx::on_exec(&path);
-    }
-}
-
 /// The path an `execve` or `execveat` system call (`num`, first arguments `a1`, `a2`) runs,
 /// read without trusting the guest's pointer; `None` for other calls.
 fn exec_path(num: i64, a1: u64, a2: u64) -> Option<Vec<u8>> {
@@ -741,7 +721,7 @@ fn register_rdx_callbacks(id: qemu_plugin_id_t) {
     unsafe {
         qemu_plugin_register_vcpu_init_cb(id, rdx_vcpu_init);
         qemu_plugin_register_vcpu_tb_trans_cb(id, rdx_tb_trans);
-        qemu_plugin_register_vcpu_syscall_cb(id, rdx_syscall_entry);
+        qemu_plugin_register_vcpu_syscall_cb(id, exec_entry::<true>);
         qemu_plugin_register_atexit_cb(id, rdx_at_exit, ptr::null_mut());
     }
 }
@@ -814,10 +794,11 @@ extern "C" fn syscall_ret(_id: qemu_plugin_id_t, _vcpu: c_uint, num: i64, ret: i
 }
 
 /// An `execve` replaces the process with a program QEMU user mode runs natively, without
-/// exit hooks: its path goes to the spill header, so that mgbench can say where the trace
-/// ends and why (what was recorded and skipped is there already).
+/// exit hooks: its path goes to the spill header (capture), so that mgbench can say where
+/// the trace ends and why (what was recorded and skipped is there already), or to the
+/// events (live RDX, see [`rdx::on_exec`]).
 #[allow(clippy::too_many_arguments)]
-extern "C" fn syscall_entry(
+extern "C" fn exec_entry<const LIVE_RDX: bool>(
     _id: qemu_plugin_id_t,
     _vcpu: c_uint,
     num: i64,
@@ -833,8 +814,11 @@ extern "C" fn syscall_entry(
     let Some(path) = exec_path(num, a1, a2) else {
         return;
     };
-    // A forked child's exec leaves the parent's trace going on.
-    if std::process::id() == plugin().pid {
+    if LIVE_RDX {
+        // (A forked child's events are dropped by `rdx` itself.)
+        rdx::on_exec(&path);
+    } else if std::process::id() == plugin().pid {
+        // A forked child's exec leaves the parent's trace going on.
         slots::note_exec(&path);
     }
 }
@@ -1238,7 +1222,7 @@ fn register_callbacks(id: qemu_plugin_id_t) {
         qemu_plugin_register_vcpu_exit_cb(id, vcpu_exit);
         qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
         qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
-        qemu_plugin_register_vcpu_syscall_cb(id, syscall_entry);
+        qemu_plugin_register_vcpu_syscall_cb(id, exec_entry::<false>);
         qemu_plugin_register_atexit_cb(id, at_exit, ptr::null_mut());
     }
 }

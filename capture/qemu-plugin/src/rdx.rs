@@ -558,26 +558,25 @@ pub fn second_thread() {
 /// left QEMU (a failed call, as a shell's tries along PATH, changes nothing: the exit's `E`
 /// comes after).
 pub fn on_exec(path: &[u8]) {
-    let now = match STOP_TIME.load(Ordering::Acquire) {
-        0 => now(),
-        t => t,
-    };
-    if let Ok(mut g) = STATE.try_lock() {
-        if let Some(st) = g.as_mut() {
-            if !STOPPED.load(Ordering::Acquire) {
-                st.drain_traps();
-            }
-            st.log_maps();
-            let path = String::from_utf8_lossy(path);
-            st.log(format_args!("X {now} {path}\n"));
-        }
-    }
+    wrap_up(|st, now| {
+        let path = String::from_utf8_lossy(path);
+        st.log(format_args!("X {now} {path}\n"));
+    });
 }
 
 /// At exit (every vCPU stopped): log the traps left, the mappings and the access count.
 pub fn finish() {
-    // The accesses sampled from: up to a second thread's start, where sampling stopped (the
-    // shared counter goes on counting every thread's accesses until QEMU flushes it).
+    wrap_up(|st, now| {
+        let blocks = RETRANSLATED.load(Ordering::Relaxed);
+        st.log(format_args!("B {blocks}\n"));
+        st.log(format_args!("E {now}\n"));
+    });
+}
+
+/// Where the run may end: logs the traps left and the mappings, then `last` with the
+/// accesses sampled from (up to a second thread's start, where sampling stopped: the shared
+/// counter goes on counting every thread's accesses until QEMU flushes it).
+fn wrap_up(last: impl FnOnce(&mut State, u64)) {
     let now = match STOP_TIME.load(Ordering::Acquire) {
         0 => now(),
         t => t,
@@ -589,9 +588,7 @@ pub fn finish() {
                 st.drain_traps();
             }
             st.log_maps();
-            let blocks = RETRANSLATED.load(Ordering::Relaxed);
-            st.log(format_args!("B {blocks}\n"));
-            st.log(format_args!("E {now}\n"));
+            last(st, now);
         }
     }
 }

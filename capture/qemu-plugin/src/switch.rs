@@ -43,24 +43,26 @@ static COUNTER: CounterPage = CounterPage(UnsafeCell::new([0; 512]));
 /// Where the counter is: a page of the spill file when capture placed it there (so that
 /// mgbench reads what it counted after a death), else [`COUNTER`].
 static COUNTER_AT: AtomicPtr<u64> = AtomicPtr::new(std::ptr::null_mut());
-/// Where `BASE` is mirrored for mgbench (the spill header's `counter_base`), if anywhere.
-static BASE_MIRROR: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+/// Where the counter's base is: the spill header's `counter_base` when capture placed the
+/// counter, else [`BASE`].
+static BASE_AT: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Moves the counter to `page` (page-aligned, at least the lanes long, alive until exit) and
-/// mirrors `BASE` into `base`. Only before anything is translated.
+/// its base to `base`. Only before anything is counted (both are still 0).
 pub fn place_counter(page: *mut u64, base: &'static AtomicU64) {
     COUNTER_AT.store(page, Ordering::Release);
-    BASE_MIRROR.store(std::ptr::from_ref(base).cast_mut(), Ordering::Release);
+    BASE_AT.store(std::ptr::from_ref(base).cast_mut(), Ordering::Release);
 }
 
-/// `BASE` becomes `now` (here and in the mirror); returns the old value.
+/// Counter value already credited to a thread.
+fn base() -> &'static AtomicU64 {
+    // SAFETY: BASE_AT, when set, is the spill header's field, alive until exit.
+    unsafe { BASE_AT.load(Ordering::Acquire).as_ref() }.unwrap_or(&BASE)
+}
+
+/// The base becomes `now`; returns the old value.
 fn rebase(now: u64) -> u64 {
-    let old = BASE.swap(now, Ordering::AcqRel);
-    // SAFETY: the mirror, when set, is the spill header's field, alive until exit.
-    if let Some(m) = unsafe { BASE_MIRROR.load(Ordering::Acquire).as_ref() } {
-        m.store(now, Ordering::Release);
-    }
-    old
+    base().swap(now, Ordering::AcqRel)
 }
 
 /// Skips shorter than this are counted by callbacks: two retranslations per window would
@@ -86,10 +88,11 @@ static TARGET: AtomicU8 = AtomicU8::new(0);
 /// A reset is asked for and not done yet (QEMU ignores a second request meanwhile).
 static PENDING: AtomicBool = AtomicBool::new(false);
 /// Counter value already credited to a thread.
+/// (Its base when capture did not place the counter; see [`base`].)
 static BASE: AtomicU64 = AtomicU64::new(0);
 /// Counter value at which the next window is due.
 static TRIGGER: AtomicU64 = AtomicU64::new(u64::MAX);
-/// The vCPU whose accesses the counter holds since `BASE`.
+/// The vCPU whose accesses the counter holds since its base.
 static OWNER: AtomicU32 = AtomicU32::new(0);
 /// Serialises the poller's protect with mode changes.
 static ARM: Mutex<()> = Mutex::new(());
@@ -132,7 +135,7 @@ fn count() -> u64 {
 
 /// Accesses the counter holds that no thread was credited with yet. Async-signal-safe.
 pub fn uncredited() -> u64 {
-    count().wrapping_sub(BASE.load(Ordering::Acquire))
+    count().wrapping_sub(base().load(Ordering::Acquire))
 }
 
 fn page() -> *mut c_void {

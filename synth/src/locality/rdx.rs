@@ -744,13 +744,24 @@ pub fn convert_phased(tl: &Timeline, len: u64, n: f64, bins: &[(f64, f64)]) -> V
 /// the distinct locations the window of the longest reuse time holds on average (the floor
 /// [`convert`] applies): when every sampled use saw a reuse, `Pt(infinity)` says nothing.
 pub fn estimate_distinct(time: &Histogram, accesses: u64) -> f64 {
-    let all = time.finite() + time.infinite;
-    if all <= 0.0 {
+    let finite = time.finite();
+    if finite + time.infinite <= 0.0 {
         return 1.0;
     }
-    let from_last_uses = accesses as f64 * time.infinite / all;
+    let from_last_uses = distinct_from_last_uses(finite, time.infinite, accesses);
     let window_max = Windows::of(time).map_or(0.0, |w| w.longest());
     from_last_uses.max(window_max).max(1.0)
+}
+
+/// `N ~ T x Pt(infinity)` alone, from the weights of the uses with a reuse and without
+/// (0 without uses).
+pub fn distinct_from_last_uses(reuses: f64, last_uses: f64, accesses: u64) -> f64 {
+    let all = reuses + last_uses;
+    if all > 0.0 {
+        accesses as f64 * last_uses / all
+    } else {
+        0.0
+    }
 }
 
 /// A use being watched.
