@@ -45,7 +45,7 @@ enum Command {
     /// Apex-MAP (L, K) that stands in for it.
     Analyze(Box<analyze::AnalyzeArgs>),
     /// Capture + synth + replay in one go: where a program's irregular accesses are and what
-    /// bandwidth they get on this machine.
+    /// bandwidth they get on this machine (report on stderr: the program keeps stdout).
     Profile(Box<synth::ProfileArgs>),
     /// Run gather/scatter patterns (Spatter JSON) next to a STREAM baseline.
     Replay(Box<replay::ReplayArgs>),

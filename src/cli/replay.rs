@@ -338,15 +338,46 @@ pub enum LauncherArg {
     Srun,
 }
 
+/// Where a replay's report (tables, records, notes) goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sink {
+    /// `mgbench replay`: the report is the command's output.
+    Stdout,
+    /// `mgbench profile`: the profiled program owns stdout, so the report goes beside
+    /// mgbench's other messages (as `perf stat` and `time` do).
+    Stderr,
+}
+
+impl Sink {
+    fn lock(self) -> Box<dyn Write> {
+        match self {
+            Sink::Stdout => Box::new(std::io::stdout().lock()),
+            Sink::Stderr => Box::new(std::io::stderr().lock()),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Sink::Stdout => "stdout",
+            Sink::Stderr => "stderr",
+        }
+    }
+}
+
 /// `replay`: runs here, as one rank of an MPI job, or starts that job (`--mpi N`).
 pub fn replay(args: ReplayArgs) -> Result<i32> {
+    replay_to(args, Sink::Stdout)
+}
+
+/// `replay` with its report written to `sink`.
+pub fn replay_to(args: ReplayArgs, sink: Sink) -> Result<i32> {
     let scaling = if args.strong {
         Scaling::Strong
     } else {
         Scaling::Weak
     };
     if args.cuda {
-        return replay_cuda(args).map(|()| 0);
+        return replay_cuda(args, sink).map(|()| 0);
     }
     if args.device.is_some() || args.sweep || args.sweep_len.is_some() {
         bail!("--device, --sweep and --sweep-len only apply with --cuda");
@@ -372,6 +403,7 @@ pub fn replay(args: ReplayArgs) -> Result<i32> {
             let result = report(
                 &config,
                 format,
+                sink,
                 env.rank == 0,
                 &place,
                 &mut |config, on_event| run_rank(config, scaling, env.launcher, asked, on_event),
@@ -387,6 +419,7 @@ pub fn replay(args: ReplayArgs) -> Result<i32> {
         _ => report(
             &config,
             format,
+            sink,
             true,
             &format!("{} thread(s)", config.threads),
             &mut |config, on_event| mgbench_replay::replay(config, on_event),
@@ -396,7 +429,7 @@ pub fn replay(args: ReplayArgs) -> Result<i32> {
 }
 
 /// `replay --cuda`: one GPU, GPU STREAM, each pattern once or as a throughput sweep.
-fn replay_cuda(args: ReplayArgs) -> Result<()> {
+fn replay_cuda(args: ReplayArgs, sink: Sink) -> Result<()> {
     if args.mpi.is_some() || launch::rank_env().is_some_and(|e| e.size > 1) {
         bail!("--cuda with MPI is not supported: run one mgbench replay --cuda per GPU");
     }
@@ -429,9 +462,14 @@ fn replay_cuda(args: ReplayArgs) -> Result<()> {
         info.driver_version
     );
     let place = format!("CUDA device {}", info.ordinal);
-    report(&config, format, true, &place, &mut |config, on_event| {
-        gpu::run_gpu(config, &planned, &opts, device.as_mut(), on_event)
-    })
+    report(
+        &config,
+        format,
+        sink,
+        true,
+        &place,
+        &mut |config, on_event| gpu::run_gpu(config, &planned, &opts, device.as_mut(), on_event),
+    )
 }
 
 /// Starts `--mpi N`: the launcher runs this same command line as N ranks.
@@ -480,15 +518,15 @@ fn start_job(args: &ReplayArgs, ranks: usize) -> Result<i32> {
 type Runner<'a> = dyn FnMut(&ReplayConfig, &mut dyn FnMut(Event<'_>)) -> Result<Vec<ReplayRecord>, ReplayError>
     + 'a;
 
-/// Runs `run` and prints its events and records in `format`.
+/// Runs `run` and prints its events and records in `format` on `sink`.
 fn report(
     config: &ReplayConfig,
     format: ExportFormat,
+    sink: Sink,
     print: bool,
     place: &str,
     run: &mut Runner<'_>,
 ) -> Result<()> {
-    let stdout = std::io::stdout();
     let mut header_done = false;
     let mut print_error: Option<std::io::Error> = None;
     let progress = Progress::new();
@@ -504,7 +542,7 @@ fn report(
             return;
         }
         suspended(&bar, || {
-            let mut out = stdout.lock();
+            let mut out = sink.lock();
             let res = match event {
                 Event::Planned { configs } => {
                     eprintln!("mgbench: {configs} pattern config(s) checked; {place}");
@@ -560,20 +598,21 @@ fn report(
     if !print {
         return Ok(());
     }
+    let mut out = sink.lock();
     if format != ExportFormat::Table {
         let bytes = format.exporter().replay(&records)?;
-        std::io::stdout()
-            .write_all(&bytes)
-            .context("cannot write to stdout")?;
+        out.write_all(&bytes)
+            .with_context(|| format!("cannot write to {}", sink.name()))?;
     } else {
         for r in records.iter().filter(|r| !r.notes.is_empty()) {
             for n in &r.notes {
-                println!("note: {}: {n}", r.name);
+                writeln!(out, "note: {}: {n}", r.name)
+                    .with_context(|| format!("cannot write to {}", sink.name()))?;
             }
         }
     }
     if let Some(e) = print_error {
-        return Err(e).context("cannot write to stdout");
+        return Err(e).with_context(|| format!("cannot write to {}", sink.name()));
     }
     Ok(())
 }

@@ -346,11 +346,15 @@ pub fn profile(args: ProfileArgs) -> Result<i32> {
     }
     let cli = super::Cli::try_parse_from(std::iter::once(OsString::from("mgbench")).chain(replay))
         .context("internal: replay arguments")?;
-    super::run(cli)?;
-    println!();
-    println!("Where the patterns come from:");
+    let super::Command::Replay(replay) = cli.command else {
+        bail!("internal: replay arguments parsed as another command");
+    };
+    // The profiled program owned stdout; its output stays its own (`profile -- gzip -c F > F.gz`).
+    super::replay::replay_to(*replay, super::replay::Sink::Stderr)?;
+    eprintln!();
+    eprintln!("Where the patterns come from:");
     for p in &report.patterns {
-        println!(
+        eprintln!(
             "  {:<32} {} ({}), {} dynamic instances, element size {} B",
             p.name,
             p.source.function.as_deref().unwrap_or("??"),
