@@ -271,9 +271,10 @@ fn table(r: &LocalityReport, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "footprint: {} windows, {:.1} blocks (64 B) per window, growth {:.3} blocks/access; {} distinct blocks observed, about {:.3e} bytes over the execution (scaled by the sample ratio)",
-        f.windows, f.mean_blocks, f.growth, f.observed_blocks, f.estimated_bytes
+        "footprint: {} windows, {:.1} blocks (64 B) per window, growth {:.3} blocks/access",
+        f.windows, f.mean_blocks, f.growth
     )?;
+    writeln!(out, "  {}", f.total_summary())?;
     if let Some(a) = &l.apex {
         writeln!(
             out,

@@ -116,7 +116,7 @@ pub fn memory_bound(accesses: u64, method: ReuseMethod) -> (u64, u64) {
 /// Functions tracked separately before the rest is pooled as "(other)".
 const MAX_FUNCTIONS: usize = 32;
 
-fn summarize(a: &mut Analyzer, rho: f64, grid: Option<&ApexGrid>) -> Locality {
+fn summarize(a: &mut Analyzer, rho: Option<f64>, grid: Option<&ApexGrid>) -> Locality {
     let s = a.scorer.spatial();
     let t = a.scorer.temporal();
     Locality {
@@ -143,6 +143,10 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
     } else {
         Analyzer::new(cfg.method)
     };
+    // A sampled trace's footprint over the execution is estimated from how many sample
+    // windows saw each block.
+    let analyzer = |a: Analyzer| if full { a } else { a.count_incidence() };
+    program = analyzer(program);
     let mut funcs: Vec<(String, Analyzer)> = Vec::new();
     let mut func_of: HashMap<u64, usize, fasthash::Build> = HashMap::default();
     let mut mappings: Vec<Mapping> = Vec::new();
@@ -164,8 +168,10 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
                     skipped += s.skipped_before;
                     if !full && last_sample.insert(t, s.id) != Some(s.id) {
                         program.end_window(t);
+                        program.new_sample(t);
                         for (_, f) in &mut funcs {
                             f.end_window(t);
+                            f.new_sample(t);
                         }
                     }
                     for a in &c.accesses[k..k + s.len as usize] {
@@ -185,7 +191,7 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
                                 match funcs.iter().position(|(n, _)| *n == name) {
                                     Some(i) => i,
                                     None if funcs.len() < MAX_FUNCTIONS => {
-                                        funcs.push((name, Analyzer::new(cfg.method)));
+                                        funcs.push((name, analyzer(Analyzer::new(cfg.method))));
                                         funcs.len() - 1
                                     }
                                     None => match funcs.iter().position(|(n, _)| n == "(other)") {
@@ -193,7 +199,7 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
                                         None => {
                                             funcs.push((
                                                 "(other)".into(),
-                                                Analyzer::new(cfg.method),
+                                                analyzer(Analyzer::new(cfg.method)),
                                             ));
                                             funcs.len() - 1
                                         }
@@ -234,14 +240,17 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
     }
     if matches!(meta.mode, Mode::Timed { .. }) {
         notes.push(
-            "timed (ptrace) samples carry no skipped counts: footprint totals are not scaled"
+            "timed (ptrace) samples carry no skipped counts: the footprint over the execution is estimated from the windows alone (Chao2), with no upper estimate"
                 .into(),
         );
     }
     let grid = cfg
         .apex
         .then(|| apex::grid(cfg.apex_m, apex::GRID_ACCESSES, cfg.threads.max(1)));
-    let program_locality = summarize(&mut program, rho, grid.as_ref());
+    // Time-sampled windows carry no skipped counts: the footprint's upper estimate is unknown.
+    let timed = matches!(meta.mode, Mode::Timed { .. });
+    let scale = (!timed).then_some(rho);
+    let program_locality = summarize(&mut program, scale, grid.as_ref());
     let memory = MemoryUse {
         distinct_words: program.scorer.distinct_words().round() as u64,
         distinct_lines: program.scorer.distinct_lines().unwrap_or(0.0).round() as u64,
@@ -275,7 +284,7 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
         .into_iter()
         .map(|(function, mut a)| FunctionLocality {
             function,
-            locality: summarize(&mut a, rho, grid.as_ref()),
+            locality: summarize(&mut a, scale, grid.as_ref()),
         })
         .collect();
     functions.sort_by_key(|f| std::cmp::Reverse(f.locality.references));

@@ -161,3 +161,67 @@ fn analyze_bad_input() {
     assert_ne!(o.status.code(), Some(0));
     assert!(stderr(&o).contains("--kernel apex"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_sampled_trace_estimates_the_runs_footprint_against_a_full_one() {
+    if !have(
+        "qemu-x86_64",
+        "analyze's footprint estimate on captured demos",
+    ) {
+        return;
+    }
+    let dir = temp_dir("analyze-footprint");
+    // GUPS over a 2^17-word table (16384 lines) and a hot/cold mix (200000 cold words): the full trace counts
+    // the lines the run touched; the sampled one (a window every 64 Ki accesses) estimates
+    // them from how many windows saw each line.
+    for (name, args) in [
+        ("gups", vec!["--log2size=17", "--updates=1000000"]),
+        ("hotcold", vec!["--cold=200000", "--n=2000000"]),
+    ] {
+        let program = app(name);
+        let mut run = vec!["--", program.as_str()];
+        run.extend(&args);
+        let full = format!("{name}-full.mgbt");
+        capture(&dir, &full, &run);
+        let exact = analyze_json(&dir, &[&full, "--no-apex"])["memory"]["distinct_lines"]
+            .as_f64()
+            .unwrap();
+        let sampled = format!("{name}-sampled.mgbt");
+        let mut a = vec![
+            "capture",
+            "--sample-window",
+            "1024",
+            "--sample-period",
+            "65536",
+            "-o",
+            &sampled,
+        ];
+        a.extend(&run);
+        let o = mgbench(&a, &dir);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v = analyze_json(&dir, &[&sampled, "--no-apex"]);
+        let f = &v["footprint"];
+        assert_eq!(
+            f["estimate"]["method"], "chao2",
+            "{name}: {}",
+            f["estimate"]
+        );
+        let est = f["estimated_blocks"].as_f64().unwrap();
+        let seen = f["estimate"]["seen_blocks"].as_f64().unwrap();
+        assert!(
+            seen < 0.8 * exact,
+            "{name}: the windows saw {seen} of {exact}"
+        );
+        assert!(
+            est > 0.6 * exact && est < 1.3 * exact,
+            "{name}: estimated {est} blocks, exact {exact} ({})",
+            f["estimate"]
+        );
+        let o = mgbench(&["analyze", "--no-apex", &sampled], &dir);
+        let t = stdout(&o);
+        assert!(
+            t.contains("over the execution: about") && t.contains("Chao2"),
+            "{t}"
+        );
+    }
+}

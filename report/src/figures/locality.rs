@@ -409,8 +409,8 @@ fn footprint(r: &LocalityReport, base: &str, ids: &mut Ids) -> Option<Figure> {
         id,
         title: "Footprint per window".into(),
         caption: format!(
-            "Distinct 64-byte blocks in each window (MemGaze's F; a window is a sample, or 1024 accesses of a full trace), the first {} of {} windows. Mean {:.1} blocks, growth {:.3} blocks per access.",
-            w.len(), f.windows, f.mean_blocks, f.growth
+            "Distinct 64-byte blocks in each window (MemGaze's F; a window is a sample, or 1024 accesses of a full trace), the first {} of {} windows. Mean {:.1} blocks, growth {:.3} blocks per access. Footprint {}.",
+            w.len(), f.windows, f.mean_blocks, f.growth, f.total_summary()
         ),
         svg: p.finish(),
         table: t,

@@ -115,6 +115,17 @@ fn gups_updates_score_near_zero_on_both_axes() {
 /// Writes a sampled trace: windows of `window` accesses of a unit-stride stream, `skip`
 /// accesses skipped before each.
 fn write_sampled(path: &std::path::Path, windows: usize, window: u32, skip: u64) {
+    write_sampled_with(path, windows, window, skip, |i| i);
+}
+
+/// As [`write_sampled`], the executed stream's i-th access going to word `index(i)`.
+fn write_sampled_with(
+    path: &std::path::Path,
+    windows: usize,
+    window: u32,
+    skip: u64,
+    index: impl Fn(u64) -> u64,
+) {
     let meta = TraceMeta {
         mode: Mode::Sampled {
             window: u64::from(window),
@@ -128,7 +139,7 @@ fn write_sampled(path: &std::path::Path, windows: usize, window: u32, skip: u64)
     for id in 0..windows as u64 {
         next += skip;
         let accesses: Vec<Access> = (0..u64::from(window))
-            .map(|k| load(0x401000, next + k))
+            .map(|k| load(0x401000, index(next + k)))
             .collect();
         next += u64::from(window);
         w.write_chunk(&Chunk {
@@ -160,13 +171,78 @@ fn sampled_traces_window_by_sample_and_scale_the_footprint() {
     assert_eq!(f.windows, 50);
     assert_eq!(f.per_window[0].accesses, 512);
     assert_eq!(f.per_window[0].blocks, 64);
-    // Observed 50 x 64 distinct blocks; the execution streamed 10x as many accesses.
+    // Observed 50 x 64 distinct blocks; the execution streamed 10x as many accesses, each
+    // block once: no window sees another's blocks, so Chao2 is unbounded and the estimate is
+    // the upper one (growth x executed accesses), which is exact for a stream without reuse.
     assert_eq!(f.observed_blocks, 3200);
+    assert_eq!(f.estimate.method, "chao2 capped");
+    assert_eq!((f.estimate.seen_once, f.estimate.seen_twice), (3200, 0));
     assert!(
         (f.estimated_blocks - 32_000.0).abs() < 1.0,
         "{}",
         f.estimated_blocks
     );
+    assert!(f.total_summary().contains("cannot be pinned down"));
+}
+
+/// A word of a program that touches `blocks` 64-byte blocks at random: its i-th access.
+fn random_block(i: u64, blocks: u64) -> u64 {
+    let mut x = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    (x % blocks) * 8
+}
+
+#[test]
+fn a_sampled_footprint_is_estimated_from_how_often_windows_see_a_block() {
+    // 100 windows of 256 random accesses over 60000 blocks, 1 in 40 accesses recorded: the
+    // windows see ~25000 distinct blocks, some in two or three windows; Chao2 recovers the
+    // 60000 the run touched, where observed x the sample ratio would say 40 times that.
+    let path = temp("sampled-random.mgbt");
+    write_sampled_with(&path, 100, 256, 39 * 256, |i| random_block(i, 60_000));
+    let r = analyze(&path, &no_apex()).unwrap();
+    let f = &r.program_locality.footprint;
+    let e = &f.estimate;
+    assert_eq!(e.method, "chao2");
+    assert_eq!(e.windows, 100);
+    assert_eq!(e.seen_blocks, f.observed_blocks);
+    assert!(e.seen_twice > 0 && e.seen_once > e.seen_twice, "{e:?}");
+    let want = mgbench_synth::locality::chao2(e.seen_blocks, e.seen_once, e.seen_twice, 100);
+    assert!((f.estimated_blocks - want).abs() < 1e-6);
+    assert!(
+        (f.estimated_blocks / 60_000.0 - 1.0).abs() < 0.1,
+        "{} blocks estimated for 60000",
+        f.estimated_blocks
+    );
+    assert!(f.estimated_blocks < e.upper_blocks.unwrap());
+    let text = f.total_summary();
+    assert!(
+        text.contains("Chao2") && text.contains("100 sample windows"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_single_sample_window_gives_only_a_lower_bound() {
+    let path = temp("sampled-one.mgbt");
+    write_sampled_with(&path, 1, 512, 100_000, |i| random_block(i, 60_000));
+    let r = analyze(&path, &no_apex()).unwrap();
+    let f = &r.program_locality.footprint;
+    assert_eq!(f.estimate.method, "one window");
+    assert_eq!(f.estimated_blocks, f.estimate.seen_blocks as f64);
+    assert!(f.total_summary().contains("at least"));
+}
+
+#[test]
+fn chao2_on_counts_whose_answer_is_known() {
+    use mgbench_synth::locality::chao2;
+    // Every block in every window: nothing unseen.
+    assert_eq!(chao2(100, 0, 0, 10), 100.0);
+    // Fewer than two windows: the observed blocks.
+    assert_eq!(chao2(100, 100, 0, 1), 100.0);
+    // 10 windows, Q1 = 41, Q2 = 20: 100 + 0.9 x 41 x 40 / 42.
+    assert!((chao2(100, 41, 20, 10) - (100.0 + 0.9 * 41.0 * 40.0 / 42.0)).abs() < 1e-9);
 }
 
 #[test]
@@ -319,4 +395,30 @@ fn bad_traces_are_refused_with_the_file_named() {
     .unwrap();
     assert!(r.accesses > 0 && r.accesses < 20_000);
     assert!(r.notes.iter().any(|n| n.contains("damaged")));
+}
+
+#[test]
+fn sweeps_the_windows_rarely_see_twice_are_flagged() {
+    // A stream sweeping 20000 blocks; windows of 512 accesses (64 blocks), one every 19456
+    // accesses, drifting along the sweeps until the 75th lands where the first did. Over 100
+    // windows many blocks are seen twice and Chao2 comes close; over 78, 97% of the seen
+    // blocks are seen once, Chao2 says 4.5 times the truth, and the estimate is flagged.
+    let sweep = |windows: usize| {
+        let path = temp(&format!("sampled-sweeps-{windows}.mgbt"));
+        write_sampled_with(&path, windows, 512, 37 * 512, |i| i % 160_000);
+        analyze(&path, &no_apex())
+            .unwrap()
+            .program_locality
+            .footprint
+    };
+    let f = sweep(100);
+    assert_eq!(f.estimate.method, "chao2", "{:?}", f.estimate);
+    assert!(
+        (f.estimated_blocks / 20_000.0 - 1.0).abs() < 0.1,
+        "{}",
+        f.estimated_blocks
+    );
+    let f = sweep(78);
+    assert_eq!(f.estimate.method, "chao2 sweeping", "{:?}", f.estimate);
+    assert!(f.total_summary().contains("unsure"));
 }
