@@ -106,9 +106,14 @@ impl AffinityConfig {
     }
 }
 
-/// An instruction's share of a region's accesses.
+/// Instructions considered when a region's code is grouped by source.
+const CODE_GROUPED: usize = 64;
+
+/// The share of a region's accesses made by the instructions of one source (function and
+/// line, or function and object where there is no line table).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Code {
+    /// The hottest of those instructions.
     pub ip: String,
     pub function: Option<String>,
     /// "function (file:line)".
@@ -295,20 +300,26 @@ fn region_of(
 ) -> ZoomRegion {
     let s = layout.stats(lo, hi);
     let counted: u64 = s.ips.iter().map(|x| x.1).sum::<u64>().max(1);
-    let code = s
-        .ips
-        .iter()
-        .take(3)
-        .map(|&(ip, c)| {
-            let loc = sym.resolve(ip);
-            Code {
+    // Instructions that read the same ("sqlite3VdbeExec [libsqlite3.so]" without line
+    // numbers, or one source line) are one entry: three rows saying the same would hide the
+    // next function.
+    let mut code: Vec<Code> = Vec::new();
+    for &(ip, c) in s.ips.iter().take(CODE_GROUPED) {
+        let loc = sym.resolve(ip);
+        let source = loc.describe();
+        let share = c as f64 / counted as f64;
+        match code.iter_mut().find(|x| x.source == source) {
+            Some(x) => x.share += share,
+            None => code.push(Code {
                 ip: format!("{ip:#x}"),
                 function: loc.function.clone(),
-                source: loc.describe(),
-                share: c as f64 / counted as f64,
-            }
-        })
-        .collect();
+                source,
+                share,
+            }),
+        }
+    }
+    code.sort_by(|a, b| b.share.total_cmp(&a.share));
+    code.truncate(3);
     ZoomRegion {
         id: 0,
         start: s.lo,
@@ -404,14 +415,31 @@ fn build_zoom(path: &Path, pass: &Pass1, params: &ZoomParams) -> ZoomReport {
         };
         let mut r = region_of(&layout, &mut sym, total, (lo, hi), at);
         let loc = sym.resolve(ip);
-        r.code.retain(|c| c.ip != format!("{ip:#x}"));
+        let source = loc.describe();
+        let own = st.accesses as f64 / r.accesses.max(1) as f64;
+        let grouped = r
+            .code
+            .iter()
+            .find(|c| c.source == source)
+            .map_or(0.0, |c| c.share);
+        let share = own.max(grouped).min(1.0);
+        r.code.retain(|c| c.source != source);
+        // The other entries' shares come from per-page counts; they get what is left.
+        let rest = if grouped < 1.0 {
+            (1.0 - share) / (1.0 - grouped)
+        } else {
+            0.0
+        };
+        for c in &mut r.code {
+            c.share *= rest;
+        }
         r.code.insert(
             0,
             Code {
                 ip: format!("{ip:#x}"),
                 function: loc.function.clone(),
-                source: loc.describe(),
-                share: st.accesses as f64 / r.accesses.max(1) as f64,
+                source,
+                share,
             },
         );
         r.code.truncate(3);

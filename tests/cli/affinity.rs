@@ -238,6 +238,17 @@ fn zoom_finds_the_array_and_its_phases() {
         .unwrap()
         .contains("sum_rows"));
     assert!(f(&top["share"]) > 0.9, "{top}");
+    // Each region names a source once (instructions of one line or function are grouped),
+    // with shares that add up to at most its accesses.
+    for r in v["regions"].as_array().unwrap() {
+        let code = r["code"].as_array().unwrap();
+        let mut sources: Vec<&str> = code.iter().map(|c| c["source"].as_str().unwrap()).collect();
+        sources.sort_unstable();
+        sources.dedup();
+        assert_eq!(sources.len(), code.len(), "{r}");
+        let sum: f64 = code.iter().map(|c| f(&c["share"])).sum();
+        assert!(sum <= 1.0 + 1e-6, "{r}");
+    }
     // malloc mmaps the array after start-up: the capture sends the mappings again, so it is
     // heap, not unmapped.
     assert_eq!(top["class"], "heap", "{top}");

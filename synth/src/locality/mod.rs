@@ -646,7 +646,7 @@ pub struct Footprint {
 /// richness, as in ecology): Chao2 adds `(m - 1) / m * Q1 (Q1 - 1) / (2 (Q2 + 1))` unseen
 /// blocks to the observed ones, Q1 and Q2 being the blocks seen in exactly one and exactly two
 /// of the m windows. It is a lower-bound estimator: where the windows are a fair draw of the
-/// run it came within 0.40-0.99x of the exact count on eleven programs (README). Where the
+/// run it came within 0.48-1.04x of the exact count on ten programs (README). Where the
 /// windows almost never see a block twice (a stream that sweeps more memory between two
 /// windows than a window covers), Q2 is tiny and Chao2 grows without bound; it is then capped
 /// by `upper_blocks`: every window's new blocks x the windows the execution holds
