@@ -113,7 +113,7 @@ pub fn memory_bound(accesses: u64, method: ReuseMethod) -> (u64, u64) {
     (per, (accesses as f64 * per as f64 * scale) as u64)
 }
 
-/// Functions tracked separately before the rest is pooled as "(other)".
+/// Functions tracked separately (the busiest) before the rest is pooled as "(other)".
 const MAX_FUNCTIONS: usize = 32;
 
 fn summarize(a: &mut Analyzer, rho: Option<f64>, grid: Option<&ApexGrid>) -> Locality {
@@ -131,9 +131,54 @@ fn summarize(a: &mut Analyzer, rho: Option<f64>, grid: Option<&ApexGrid>) -> Loc
     }
 }
 
+/// Each instruction's function, and the functions `--by function` tracks on their own: the
+/// [`MAX_FUNCTIONS`] with the most accesses (a first pass over the trace counts them); the
+/// rest are pooled as "(other)". Tracking the first ones met instead left a Python
+/// interpreter's evaluation loop in "(other)" behind start-up code.
+struct FunctionNames {
+    of_ip: HashMap<u64, String, fasthash::Build>,
+    tracked: Vec<String>,
+}
+
+fn busiest_functions(path: &Path, cfg: &AnalyzeConfig) -> Result<FunctionNames, SynthError> {
+    let reader = crate::open(path, &cfg.progress, "counting accesses per function")?;
+    let mut per_ip: HashMap<u64, u64, fasthash::Build> = HashMap::default();
+    let mut mappings: Vec<Mapping> = Vec::new();
+    // Damage is reported by the analysis pass itself.
+    let _ = crate::read_frames(reader, path, cfg.threads, |frame| match frame {
+        Frame::Mappings(m) => mappings.extend(m.iter().cloned()),
+        Frame::Chunk(c) if cfg.thread.is_none_or(|t| t == c.thread) => {
+            for a in &c.accesses {
+                *per_ip.entry(a.ip).or_default() += 1;
+            }
+        }
+        _ => {}
+    })?;
+    let mut sym = Symbolizer::new(mappings);
+    let mut of_ip: HashMap<u64, String, fasthash::Build> = HashMap::default();
+    let mut per_function: HashMap<String, u64> = HashMap::new();
+    for (ip, n) in per_ip {
+        let name = sym.resolve(ip).function.unwrap_or_else(|| "??".into());
+        *per_function.entry(name.clone()).or_default() += n;
+        of_ip.insert(ip, name);
+    }
+    let mut ranked: Vec<(String, u64)> = per_function.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    ranked.truncate(MAX_FUNCTIONS);
+    Ok(FunctionNames {
+        of_ip,
+        tracked: ranked.into_iter().map(|(name, _)| name).collect(),
+    })
+}
+
 /// Analyses the trace at `path`.
 pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, SynthError> {
     let p = path.display().to_string();
+    let names = if cfg.by_function {
+        Some(busiest_functions(path, cfg)?)
+    } else {
+        None
+    };
     let reader = crate::open(path, &cfg.progress, "analysing")?;
     let meta = reader.meta().clone();
     let full = matches!(meta.mode, Mode::Full);
@@ -149,75 +194,68 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
     program = analyzer(program);
     let mut funcs: Vec<(String, Analyzer)> = Vec::new();
     let mut func_of: HashMap<u64, usize, fasthash::Build> = HashMap::default();
-    let mut mappings: Vec<Mapping> = Vec::new();
-    let mut sym: Option<Symbolizer> = None;
     let mut last_sample: HashMap<u32, u64, fasthash::Build> = HashMap::default();
     let (mut accesses, mut recorded, mut skipped) = (0u64, 0u64, 0u64);
     let mut end_skipped = 0u64;
-    let damage = crate::read_frames(reader, path, cfg.threads, |frame| {
-        match frame {
-            Frame::Mappings(m) => {
-                mappings.extend(m.iter().cloned());
-                sym = None; // rebuilt with the new mappings on demand
-            }
-            Frame::End(e) => end_skipped = e.skipped,
-            Frame::Chunk(c) if cfg.thread.is_none_or(|t| t == c.thread) => {
-                let t = c.thread;
-                let mut k = 0usize;
-                for s in &c.samples {
-                    skipped += s.skipped_before;
-                    if !full && last_sample.insert(t, s.id) != Some(s.id) {
-                        program.end_window(t);
-                        program.new_sample(t);
-                        for (_, f) in &mut funcs {
-                            f.end_window(t);
-                            f.new_sample(t);
-                        }
+    let damage = crate::read_frames(reader, path, cfg.threads, |frame| match frame {
+        Frame::End(e) => end_skipped = e.skipped,
+        Frame::Chunk(c) if cfg.thread.is_none_or(|t| t == c.thread) => {
+            let t = c.thread;
+            let mut k = 0usize;
+            for s in &c.samples {
+                skipped += s.skipped_before;
+                if !full && last_sample.insert(t, s.id) != Some(s.id) {
+                    program.end_window(t);
+                    program.new_sample(t);
+                    for (_, f) in &mut funcs {
+                        f.end_window(t);
+                        f.new_sample(t);
                     }
-                    for a in &c.accesses[k..k + s.len as usize] {
-                        accesses += 1;
-                        recorded += 1;
-                        if program.window_accesses(t) >= FOOTPRINT_WINDOW {
-                            program.end_window(t);
-                        }
-                        if !program.access(t, a) {
-                            continue;
-                        }
-                        if cfg.by_function {
-                            let idx = *func_of.entry(a.ip).or_insert_with(|| {
-                                let sy =
-                                    sym.get_or_insert_with(|| Symbolizer::new(mappings.clone()));
-                                let name = sy.resolve(a.ip).function.unwrap_or_else(|| "??".into());
-                                match funcs.iter().position(|(n, _)| *n == name) {
+                }
+                for a in &c.accesses[k..k + s.len as usize] {
+                    accesses += 1;
+                    recorded += 1;
+                    if program.window_accesses(t) >= FOOTPRINT_WINDOW {
+                        program.end_window(t);
+                    }
+                    if !program.access(t, a) {
+                        continue;
+                    }
+                    if let Some(names) = &names {
+                        let idx = *func_of.entry(a.ip).or_insert_with(|| {
+                            let name = names.of_ip.get(&a.ip).map_or("??", String::as_str);
+                            match funcs.iter().position(|(n, _)| n == name) {
+                                Some(i) => i,
+                                None if names.tracked.iter().any(|t| t == name) => {
+                                    funcs.push((
+                                        name.to_string(),
+                                        analyzer(Analyzer::new(cfg.method)),
+                                    ));
+                                    funcs.len() - 1
+                                }
+                                None => match funcs.iter().position(|(n, _)| n == "(other)") {
                                     Some(i) => i,
-                                    None if funcs.len() < MAX_FUNCTIONS => {
-                                        funcs.push((name, analyzer(Analyzer::new(cfg.method))));
+                                    None => {
+                                        funcs.push((
+                                            "(other)".into(),
+                                            analyzer(Analyzer::new(cfg.method)),
+                                        ));
                                         funcs.len() - 1
                                     }
-                                    None => match funcs.iter().position(|(n, _)| n == "(other)") {
-                                        Some(i) => i,
-                                        None => {
-                                            funcs.push((
-                                                "(other)".into(),
-                                                analyzer(Analyzer::new(cfg.method)),
-                                            ));
-                                            funcs.len() - 1
-                                        }
-                                    },
-                                }
-                            });
-                            let f = &mut funcs[idx].1;
-                            if f.window_accesses(t) >= FOOTPRINT_WINDOW {
-                                f.end_window(t);
+                                },
                             }
-                            f.access(t, a);
+                        });
+                        let f = &mut funcs[idx].1;
+                        if f.window_accesses(t) >= FOOTPRINT_WINDOW {
+                            f.end_window(t);
                         }
+                        f.access(t, a);
                     }
-                    k += s.len as usize;
                 }
+                k += s.len as usize;
             }
-            _ => {}
         }
+        _ => {}
     })?;
     crate::check_read(
         &p,

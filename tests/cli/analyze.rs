@@ -225,3 +225,60 @@ fn a_sampled_trace_estimates_the_runs_footprint_against_a_full_one() {
         );
     }
 }
+
+#[test]
+fn by_function_tracks_the_busiest_functions_not_the_first_met() {
+    if !have("qemu-x86_64", "analyze --by function on Debian's python3") {
+        return;
+    }
+    let dir = temp_dir("analyze-by-function");
+    // An interpreter meets hundreds of functions at start-up before its evaluation loop gets
+    // busy: only 32 are tracked on their own, and they must be the busiest.
+    let o = mgbench(
+        &[
+            "capture",
+            "--sample-period",
+            "262144",
+            "-o",
+            "py.mgbt",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            "d = {str(i): i * i for i in range(100000)}\nprint(sum(d.values()))",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = analyze_json(&dir, &["py.mgbt", "--no-apex", "--by", "function"]);
+    let rows = v["functions"].as_array().unwrap();
+    let tracked: Vec<&str> = rows
+        .iter()
+        .map(|f| f["function"].as_str().unwrap())
+        .filter(|f| *f != "(other)")
+        .collect();
+    // Accesses per function, counted from the symbolized dump.
+    let o = mgbench(&["trace", "dump", "--symbols", "py.mgbt"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut per_function: std::collections::HashMap<String, u64> = Default::default();
+    for line in stdout(&o).lines() {
+        let function = line.split_whitespace().nth(6).unwrap_or("??");
+        *per_function.entry(function.to_string()).or_default() += 1;
+    }
+    assert!(
+        per_function.len() > 33,
+        "the run should meet more functions than are tracked: {}",
+        per_function.len()
+    );
+    assert_eq!(tracked.len(), 32, "{tracked:?}");
+    let least_tracked = tracked.iter().map(|f| per_function[*f]).min().unwrap();
+    let busiest_other = per_function
+        .iter()
+        .filter(|(f, _)| !tracked.contains(&f.as_str()))
+        .map(|(_, n)| *n)
+        .max()
+        .unwrap();
+    assert!(
+        least_tracked >= busiest_other,
+        "a pooled function has {busiest_other} accesses, a tracked one {least_tracked}"
+    );
+}
