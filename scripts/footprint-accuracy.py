@@ -5,10 +5,11 @@ the exact count of a full trace of the same run.
 For each program, two captures with the same arguments and input (`capture --full` and the
 default sampled capture), each analysed with `mgbench analyze -f json`. The full trace's
 `memory.distinct_lines` is the exact number of 64-byte blocks the run touched; the sampled
-trace's `footprint.estimated_blocks` is the estimate (Chao2 over the sample windows, capped by
-the upper estimate: README, "Footprint over the execution"), printed as a ratio to exact, with
-the blocks the windows saw, the method and the upper estimate (the old estimate: seen x the
-sample ratio, capped by growth x executed accesses).
+trace's `footprint.estimated_blocks` is the estimate (Chao2 over the sample windows, or the
+span of the seen blocks' address ranges where Chao2 cannot be used: README, "Footprint over
+the execution"), printed as a ratio to exact, with the blocks the windows saw, the method, the
+span (`estimate.span_blocks`) and the upper estimate (the old estimate: seen x the sample
+ratio, capped by growth x executed accesses).
 
     python3 scripts/footprint-accuracy.py [--only gzip,spmv] [--skip-build] [--seed N]
                                           [--markdown]
@@ -126,11 +127,11 @@ def main():
         paths = inputs(work)
         if args.markdown:
             print("| program | accesses | exact blocks | seen in windows | estimate / exact "
-                  "| before |")
-            print("|---|---|---|---|---|---|")
+                  "| span / exact | before |")
+            print("|---|---|---|---|---|---|---|")
         else:
             print(f"{'program':<10} {'accesses':>11} {'exact':>9} {'seen':>9} {'windows':>7} "
-                  f"{'estimate':>10} {'/exact':>7} {'before':>8}  method")
+                  f"{'estimate':>10} {'/exact':>7} {'span':>7} {'before':>8}  method")
         for name in names:
             argv, stdin, missing = command(name, paths)
             if missing:
@@ -148,23 +149,26 @@ def main():
             est = fp["estimate"]
             ratio = fp["estimated_blocks"] / exact
             before = (est["upper_blocks"] or 0) / exact
-            rows.append((name, ratio, est["method"]))
+            span = est["span_blocks"] / exact
+            rows.append((name, ratio, est["method"], span))
             seen = est["seen_blocks"]
             if args.markdown:
                 print(f"| {name} | {f['accesses'] / 1e6:.1f} M | {exact} | {seen} "
                       f"({seen / exact:.2f}) | {ratio:.2f} ({est['method']}) "
-                      f"| {before:.1f}x |")
+                      f"| {span:.2f} | {before:.1f}x |")
             else:
                 print(f"{name:<10} {f['accesses']:>11} {exact:>9} {seen:>9} "
                       f"{est['windows']:>7} {fp['estimated_blocks']:>10.0f} {ratio:>7.2f} "
-                      f"{before:>7.1f}x  {est['method']}", flush=True)
-    plain = [r for _, r, m in rows if m == "chao2"]
-    if plain:
-        print(f"\nChao2 (not capped, several windows): {len(plain)} programs, estimate/exact "
-              f"{min(plain):.2f}-{max(plain):.2f}, median {statistics.median(plain):.2f}")
-    flagged = [f"{n} ({m})" for n, _, m in rows if m != "chao2"]
-    if flagged:
-        print("flagged as not estimable from the windows: " + ", ".join(flagged))
+                      f"{span:>7.2f} {before:>7.1f}x  {est['method']}", flush=True)
+    if rows:
+        est = [r for _, r, _, _ in rows]
+        print(f"\nestimate/exact over {len(rows)} programs: {min(est):.2f}-{max(est):.2f}, "
+              f"median {statistics.median(est):.2f}")
+        span = [sp for _, _, _, sp in rows]
+        print(f"span/exact: {min(span):.2f}-{max(span):.2f}, median {statistics.median(span):.2f}")
+    other = [f"{n} ({m})" for n, _, m, _ in rows if m != "chao2"]
+    if other:
+        print("estimated by the span (Chao2 not usable): " + ", ".join(other))
 
 
 if __name__ == "__main__":

@@ -172,17 +172,17 @@ fn sampled_traces_window_by_sample_and_scale_the_footprint() {
     assert_eq!(f.per_window[0].accesses, 512);
     assert_eq!(f.per_window[0].blocks, 64);
     // Observed 50 x 64 distinct blocks; the execution streamed 10x as many accesses, each
-    // block once: no window sees another's blocks, so Chao2 is unbounded and the estimate is
-    // the upper one (growth x executed accesses), which is exact for a stream without reuse.
+    // block once: no window sees another's blocks, so Chao2 is unbounded. The estimate is the
+    // span of the seen blocks (gaps of 576 blocks filled): the stream from the first window
+    // on, 32000 blocks less the 576 skipped before it. The upper estimate (growth x executed
+    // accesses) is the whole stream.
     assert_eq!(f.observed_blocks, 3200);
     assert_eq!(f.estimate.method, "chao2 capped");
     assert_eq!((f.estimate.seen_once, f.estimate.seen_twice), (3200, 0));
-    assert!(
-        (f.estimated_blocks - 32_000.0).abs() < 1.0,
-        "{}",
-        f.estimated_blocks
-    );
-    assert!(f.total_summary().contains("cannot be pinned down"));
+    assert_eq!(f.estimate.span_blocks, 32_000 - 576);
+    assert_eq!(f.estimated_blocks, (32_000 - 576) as f64);
+    assert!((f.estimate.upper_blocks.unwrap() - 32_000.0).abs() < 1.0);
+    assert!(f.total_summary().contains("Chao2 is not used"));
 }
 
 /// A word of a program that touches `blocks` 64-byte blocks at random: its i-th access.
@@ -224,14 +224,20 @@ fn a_sampled_footprint_is_estimated_from_how_often_windows_see_a_block() {
 }
 
 #[test]
-fn a_single_sample_window_gives_only_a_lower_bound() {
+fn a_single_sample_window_is_estimated_by_its_span() {
     let path = temp("sampled-one.mgbt");
     write_sampled_with(&path, 1, 512, 100_000, |i| random_block(i, 60_000));
     let r = analyze(&path, &no_apex()).unwrap();
     let f = &r.program_locality.footprint;
+    // 512 random blocks of 60000: their span (gaps under 2048 filled) covers the table.
     assert_eq!(f.estimate.method, "one window");
-    assert_eq!(f.estimated_blocks, f.estimate.seen_blocks as f64);
-    assert!(f.total_summary().contains("at least"));
+    assert!(
+        f.estimated_blocks > 55_000.0 && f.estimated_blocks <= 60_000.0,
+        "{}",
+        f.estimated_blocks
+    );
+    assert_eq!(f.estimated_blocks, f.estimate.span_blocks as f64);
+    assert!(f.total_summary().contains("only sample window"));
 }
 
 #[test]
@@ -243,6 +249,15 @@ fn chao2_on_counts_whose_answer_is_known() {
     assert_eq!(chao2(100, 100, 0, 1), 100.0);
     // 10 windows, Q1 = 41, Q2 = 20: 100 + 0.9 x 41 x 40 / 42.
     assert!((chao2(100, 41, 20, 10) - (100.0 + 0.9 * 41.0 * 40.0 / 42.0)).abs() < 1e-9);
+}
+
+#[test]
+fn span_fills_gaps_below_its_threshold_only() {
+    use mgbench_synth::locality::span_blocks;
+    assert_eq!(span_blocks(&[], 10), 0);
+    assert_eq!(span_blocks(&[5], 10), 1);
+    // 0..=20 in one range (gaps of 10), then 40 alone (gap 20 > 10).
+    assert_eq!(span_blocks(&[0, 10, 20, 40], 10), 21 + 1);
 }
 
 #[test]
@@ -420,5 +435,30 @@ fn sweeps_the_windows_rarely_see_twice_are_flagged() {
     );
     let f = sweep(78);
     assert_eq!(f.estimate.method, "chao2 sweeping", "{:?}", f.estimate);
-    assert!(f.total_summary().contains("unsure"));
+    assert!(f.total_summary().contains("Chao2 is not used"));
+    // The windows fall at 74 positions along the sweep, about 270 blocks apart: the span
+    // fills the gaps.
+    assert_eq!(f.estimated_blocks, f.estimate.span_blocks as f64);
+    assert!(
+        (f.estimated_blocks / 20_000.0 - 1.0).abs() < 0.05,
+        "{}",
+        f.estimated_blocks
+    );
+}
+
+#[test]
+fn one_line_per_page_keeps_chao2_where_the_span_overshoots() {
+    // Random accesses to the first line of each of 4096 pages (64 blocks apart): the span
+    // fills every gap and says 64 times too much; Chao2, the estimate here, comes close.
+    let path = temp("sampled-pages.mgbt");
+    write_sampled_with(&path, 100, 256, 39 * 256, |i| random_block(i, 4096) * 64);
+    let r = analyze(&path, &no_apex()).unwrap();
+    let f = &r.program_locality.footprint;
+    assert_eq!(f.estimate.method, "chao2", "{:?}", f.estimate);
+    assert!(
+        (f.estimated_blocks / 4096.0 - 1.0).abs() < 0.1,
+        "{}",
+        f.estimated_blocks
+    );
+    assert!(f.estimate.span_blocks > 60 * 4096, "{:?}", f.estimate);
 }
