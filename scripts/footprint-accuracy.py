@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import write_text  # noqa: E402
+from benchlib import select, write_text  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
@@ -113,10 +113,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0, help="the sampled capture's --sample-seed")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = ap.parse_args()
-    names = args.only.split(",") if args.only else list(PROGRAMS)
-    for n in names:
-        if n not in PROGRAMS:
-            sys.exit(f"--only: unknown program {n!r} (known: {', '.join(PROGRAMS)})")
+    names = list(select(PROGRAMS, args.only))
     if not args.skip_build:
         subprocess.run(["cargo", "build", "--release", "--workspace", "-q"], cwd=ROOT,
                        check=True)

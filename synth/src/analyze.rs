@@ -276,17 +276,17 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
         notes
             .push("the trace is damaged: only the accesses before the damage were analysed".into());
     }
-    if matches!(meta.mode, Mode::Timed { .. }) {
+    // Time-sampled windows carry no skipped counts: the footprint's upper estimate is unknown.
+    let timed = matches!(meta.mode, Mode::Timed { .. });
+    if timed {
         notes.push(
-            "timed (ptrace) samples carry no skipped counts: the footprint over the execution is estimated from the windows alone (Chao2), with no upper estimate"
+            "timed (ptrace) samples carry no skipped counts: the footprint over the execution is estimated from the windows alone, with no upper estimate"
                 .into(),
         );
     }
     let grid = cfg
         .apex
         .then(|| apex::grid(cfg.apex_m, apex::GRID_ACCESSES, cfg.threads.max(1)));
-    // Time-sampled windows carry no skipped counts: the footprint's upper estimate is unknown.
-    let timed = matches!(meta.mode, Mode::Timed { .. });
     let scale = (!timed).then_some(rho);
     let program_locality = summarize(&mut program, scale, grid.as_ref());
     let memory = MemoryUse {

@@ -963,15 +963,12 @@ impl Analyzer {
 
     /// A new sample of `thread` starts: a new incidence unit.
     pub fn new_sample(&mut self, thread: u32) {
-        if self.incidence.is_none() {
-            return;
-        }
-        let ti = self.thread(thread);
-        let Some(inc) = &mut self.incidence else {
+        let Some(unit) = self.incidence.as_mut().map(Incidence::next_unit) else {
             return;
         };
+        let ti = self.thread(thread);
         let ts = &mut self.threads[ti];
-        ts.unit = inc.next_unit();
+        ts.unit = unit;
         ts.unit_live = false;
     }
 
@@ -1112,11 +1109,9 @@ impl Analyzer {
             } else {
                 "chao2"
             };
-            estimated = if method == "chao2" {
-                chao.clamp(floor, cap.max(floor))
-            } else {
-                (span as f64).clamp(floor, cap.max(floor))
-            };
+            let pick = if method == "chao2" { chao } else { span as f64 };
+            // `cap` is at least `floor`: the upper estimate is raised to it, or unknown.
+            estimated = pick.clamp(floor, cap);
             estimate = FootprintEstimate {
                 method: method.into(),
                 windows: inc.units,
