@@ -57,6 +57,9 @@ PROGRAMS = {
     "rowcol": ("rowcol", ["--order=col"], "2-D array traversed column-major", ("--reps", 4)),
     "ptrchase": ("ptrchase", ["--shuffle=1"], "linked list in shuffled order", ("--reps", 8)),
     "spmv": ("spmv", ["--rows=4096", "--nnz=16"], "CSR SpMV", ("--iters", 8)),
+    "spmv2": ("spmv", ["--rows=4096", "--nnz=16", "--threads=2"],
+              "CSR SpMV on 2 threads (each thread's reuses, sampled per thread)",
+              ("--iters", 8)),
     "gzip": ("gzip", ["-6", "-c"], "Debian's gzip compressing text (nobody here wrote it)",
              ("text", 1_000_000)),
 }

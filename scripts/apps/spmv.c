@@ -2,7 +2,7 @@
  * `x[col[j]]` is the irregular access mgbench should find.
  *
  * usage: spmv [--rows=N] [--nnz=K] [--iters=I] [--seed=S] [--threads=T] [--truth=FILE]
- *             [--sorted=1] [--band=W] [--permute=1]
+ *             [--sorted=1] [--band=W] [--permute=1] [--sigblock=1]
  *   --sorted=1 sorts each row's column indices (the usual CSR layout; a reordering study's
  *   "after"), else they stay in the random order drawn.
  *   --band=W draws row r's columns from the W columns around r (a banded matrix, what a
@@ -10,10 +10,12 @@
  *   --permute=1 relabels the columns by a seeded random permutation (the same matrix under a
  *   bad ordering: neighbours in x are no longer neighbours in the matrix).
  *   --truth writes the column array (one index per line), in program order of one sweep.
- *   With T > 1, rows are split among T pthreads (thread t gets a contiguous block).
+ *   With T > 1, rows are split among T pthreads (thread t gets a contiguous block);
+ *   --sigblock=1 starts them with every signal blocked, as thread pools often do (xz does).
  *   The output line ends with x=ADDRESS, the base of the gathered vector.
  */
 #include <pthread.h>
+#include <signal.h>
 #include "common.h"
 
 static long rows, nnz, iters;
@@ -55,6 +57,7 @@ int main(int argc, char **argv) {
     int sorted = (int)arg_ll(argc, argv, "--sorted", 0);
     long band = arg_ll(argc, argv, "--band", 0);
     int permute = (int)arg_ll(argc, argv, "--permute", 0);
+    int sigblock = (int)arg_ll(argc, argv, "--sigblock", 0);
     if (rows < 1 || nnz < 1 || iters < 1 || threads < 1 || band < 0) {
         fprintf(stderr, "spmv: rows, nnz, iters and threads must be >= 1, band >= 0\n");
         return 2;
@@ -105,7 +108,11 @@ int main(int argc, char **argv) {
         worker((void *)0);
     } else {
         pthread_t *tid = malloc(sizeof *tid * threads);
+        sigset_t all, old;
+        sigfillset(&all);
+        if (sigblock) pthread_sigmask(SIG_SETMASK, &all, &old);
         for (long t = 0; t < threads; t++) pthread_create(&tid[t], NULL, worker, (void *)t);
+        if (sigblock) pthread_sigmask(SIG_SETMASK, &old, NULL);
         for (long t = 0; t < threads; t++) pthread_join(tid[t], NULL);
     }
     double check = 0;

@@ -565,10 +565,36 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
     })
 }
 
+/// A thread of a live run, while its events are read.
+struct LiveThread {
+    sampler: Sampler,
+    timeline: Timeline,
+    /// The latest time its events name.
+    last: u64,
+    /// Its accesses at its end (`E`), when it ended under QEMU.
+    end: Option<u64>,
+}
+
+impl LiveThread {
+    fn new(sampler: Sampler) -> LiveThread {
+        LiveThread {
+            sampler,
+            timeline: Timeline::default(),
+            last: 0,
+            end: None,
+        }
+    }
+}
+
 /// Reads the events file of a live run (`mgbench reuse -- PROGRAM`; see the QEMU plugin's
 /// `rdx` module) and builds the report: the samples with the registers the plugin's reservoir
-/// chose and the traps go through the same bookkeeping as a trace-driven run. `command` is
-/// the program's command line.
+/// chose and the traps go through the same bookkeeping as a trace-driven run, one sampler per
+/// thread. `command` is the program's command line.
+///
+/// Lines (times are the thread's own access counts; a missing thread number is 0):
+/// `H period jitter watchpoints seed [adaptive]`, `S ip addr time register|- period thread`,
+/// `T register time thread`, `E time thread` (the thread's end), `X time thread path` (an
+/// execve), `M` (a /proc/self/maps line), `B blocks` (retranslated), `N note`.
 pub fn reuse_live(
     events: &Path,
     command: &str,
@@ -589,11 +615,12 @@ pub fn reuse_live(
         granularity: Granularity::Word,
         ..cfg.rdx
     };
-    let mut sampler: Option<Sampler> = None;
+    let mut header: Option<(RdxConfig, u64)> = None;
+    // Per thread (its number in the events): its track and the last time it was seen at.
+    let mut threads: std::collections::BTreeMap<u32, LiveThread> = Default::default();
     let mut time = Histogram::default();
-    let mut timeline = Timeline::default();
     let mut pairs: HashMap<(u64, bool), PairStats, fasthash::Build> = HashMap::default();
-    let mut on_pair = |pr: Pair| {
+    let mut on_pair = |pr: Pair, timeline: &mut Timeline| {
         time.add(pr.time, pr.weight);
         timeline.add_pair(&pr);
         let st = pairs.entry((pr.use_ip, pr.time.is_some())).or_default();
@@ -603,13 +630,13 @@ pub fn reuse_live(
     };
     let mut maps = String::new();
     let mut notes = Vec::new();
-    let mut accesses = None;
     let mut blocks = None;
     let mut adaptive = false;
     let mut periods: Option<(u64, u64)> = None;
-    let mut last_time = 0u64;
     let mut exec: Option<(u64, String)> = None;
     let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
+    // A thread's number: the field at `i`, 0 when absent (one-thread runs).
+    let thread_at = |f: &[&str], i: usize| f.get(i).map_or(Some(0), |v| v.parse::<u32>().ok());
     for (n, line) in text.lines().enumerate() {
         let (kind, rest) = line.split_once(' ').unwrap_or((line, ""));
         let f: Vec<&str> = rest.split_whitespace().collect();
@@ -628,14 +655,15 @@ pub fn reuse_live(
                 rdx.watchpoints = watch;
                 rdx.seed = seed;
                 adaptive = f.get(4) == Some(&"adaptive");
-                sampler = Some(Sampler::new(rdx, seed));
+                header = Some((rdx, seed));
             }
             "S" => {
-                let (Some(s), Some(ip), Some(addr), Some(now)) = (
-                    sampler.as_mut(),
+                let (Some(first), Some(ip), Some(addr), Some(now), Some(thread)) = (
+                    header.as_ref(),
                     f.first().and_then(|v| hex(v)),
                     f.get(1).and_then(|v| hex(v)),
                     f.get(2).and_then(|v| v.parse::<u64>().ok()),
+                    thread_at(&f, 5),
                 ) else {
                     return Err(bad(n, line));
                 };
@@ -657,19 +685,27 @@ pub fn reuse_live(
                 periods = Some(periods.map_or((period, period), |(lo, hi): (u64, u64)| {
                     (lo.min(period), hi.max(period))
                 }));
-                s.sample_placed(ip, addr, now, register, period);
-                last_time = now;
+                let t = threads
+                    .entry(thread)
+                    .or_insert_with(|| LiveThread::new(Sampler::new(first.0, first.1)));
+                t.sampler.sample_placed(ip, addr, now, register, period);
+                t.last = t.last.max(now);
             }
             "T" => {
-                let (Some(s), Some(k), Some(now)) = (
-                    sampler.as_mut(),
+                let (Some(k), Some(now), Some(thread)) = (
                     f.first().and_then(|v| v.parse::<usize>().ok()),
                     f.get(1).and_then(|v| v.parse::<u64>().ok()),
+                    thread_at(&f, 2),
                 ) else {
                     return Err(bad(n, line));
                 };
-                s.trap(k, now, &mut on_pair);
-                last_time = last_time.max(now);
+                // A trap without its thread's sample before it cannot be placed.
+                let Some(t) = threads.get_mut(&thread) else {
+                    return Err(bad(n, line));
+                };
+                let timeline = &mut t.timeline;
+                t.sampler.trap(k, now, &mut |pr| on_pair(pr, timeline));
+                t.last = t.last.max(now);
             }
             "M" => {
                 maps.push_str(rest);
@@ -677,42 +713,73 @@ pub fn reuse_live(
             }
             "N" => notes.push(rest.to_string()),
             "B" => blocks = f.first().and_then(|v| v.parse::<u64>().ok()),
-            "E" => accesses = f.first().and_then(|v| v.parse::<u64>().ok()),
+            "E" => {
+                let (Some(first), Some(now), Some(thread)) = (
+                    header.as_ref(),
+                    f.first().and_then(|v| v.parse::<u64>().ok()),
+                    thread_at(&f, 1),
+                ) else {
+                    return Err(bad(n, line));
+                };
+                let t = threads
+                    .entry(thread)
+                    .or_insert_with(|| LiveThread::new(Sampler::new(first.0, first.1)));
+                t.end = Some(now);
+            }
             // An execve: the run leaves QEMU there if no exit (`E`) follows.
             "X" => {
-                let (now, path) = rest.split_once(' ').unwrap_or((rest, ""));
-                let now = now.parse::<u64>().map_err(|_| bad(n, line))?;
+                let mut parts = rest.splitn(3, ' ');
+                let now = parts.next().and_then(|v| v.parse::<u64>().ok());
+                let thread = parts.next().and_then(|v| v.parse::<u32>().ok());
+                let (Some(now), Some(thread), Some(path)) = (now, thread, parts.next()) else {
+                    return Err(bad(n, line));
+                };
+                if let Some(t) = threads.get_mut(&thread) {
+                    t.last = t.last.max(now);
+                }
                 exec = Some((now, path.to_string()));
             }
             _ => return Err(bad(n, line)),
         }
     }
-    let Some(mut sampler) = sampler else {
+    let Some(first) = header else {
         return Err(SynthError::Invalid(format!(
             "{p} holds no live RDX run (QEMU did not start the plugin?)"
         )));
     };
-    sampler.finish(&mut on_pair);
-    let accesses = accesses.unwrap_or_else(|| match exec {
-        Some((at, path)) => {
-            notes.push(format!(
+    if threads.is_empty() {
+        threads.insert(0, LiveThread::new(Sampler::new(first.0, first.1)));
+    }
+    let unended = threads.values().filter(|t| t.end.is_none()).count();
+    if unended > 0 {
+        let seen: u64 = threads.values().map(|t| t.end.unwrap_or(t.last)).sum();
+        notes.push(match &exec {
+            Some((at, path)) => format!(
                 "the program replaced itself with {path} (execve) at access {at}: QEMU user mode runs the new program natively, so the histograms cover the accesses before it (to measure that program: mgbench reuse -- {path} ...)"
-            ));
-            at.max(last_time)
-        }
-        None => {
-            notes.push(format!(
-                "the program did not exit normally: the histograms cover its first {last_time} accesses"
-            ));
-            last_time
-        }
-    });
-    let mut tracks = vec![Track {
-        sampler,
-        timeline,
-        len: accesses,
-        exact: None,
-    }];
+            ),
+            None => format!(
+                "the program did not exit normally: the histograms cover its first {seen} accesses"
+            ),
+        });
+    }
+    let mut tracks = Vec::with_capacity(threads.len());
+    for (_, mut t) in threads {
+        let timeline = &mut t.timeline;
+        t.sampler.finish(&mut |pr| on_pair(pr, timeline));
+        tracks.push(Track {
+            sampler: t.sampler,
+            timeline: t.timeline,
+            len: t.end.unwrap_or(t.last),
+            exact: None,
+        });
+    }
+    let accesses: u64 = tracks.iter().map(|t| t.len).sum();
+    let nthreads = tracks.len();
+    if nthreads > 1 {
+        notes.push(format!(
+            "{nthreads} threads: each was sampled with its own access count, period and registers, as per-thread hardware would (a reuse is the same thread's next touch); the histograms add them up; with threads QEMU counts every access in callbacks (its inline counter is one for all), so the run costs about what an empty memory callback does"
+        ));
+    }
     let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses);
     notes.extend(few_samples(words.samples));
     notes.extend(thin_samples(&words));
@@ -752,7 +819,7 @@ pub fn reuse_live(
         live: true,
         program: command.split_whitespace().next().map(str::to_string),
         accesses,
-        threads: 1,
+        threads: nthreads,
         config: rdx,
         words,
         lines: None,
@@ -899,6 +966,61 @@ mod tests {
     }
 
     #[test]
+    fn a_live_run_with_threads_keeps_each_threads_time() {
+        // Thread 0 and thread 1 sample and trap with their own registers (both register 0)
+        // and their own access counts: thread 1's trap at its access 25 is 5 after its use
+        // at 20, thread 0's at 5010 is 5000 after its use at 10. One sampler for both would
+        // have let thread 1's sample take thread 0's register. Thread 1 exits first.
+        let p = events(
+            "threads",
+            "H 10 0 1 7\n\
+             S 0x400010 0x1000 10 0 10 0\n\
+             S 0x400020 0x2000 20 0 10 1\n\
+             T 0 25 1\n\
+             E 40 1\n\
+             T 0 5010 0\n\
+             B 0\n\
+             E 6000 0\n",
+        );
+        let cfg = ReuseConfig {
+            exact: false,
+            ..ReuseConfig::default()
+        };
+        let r = reuse_live(&p, "/bin/prog", &cfg).unwrap();
+        assert_eq!((r.accesses, r.threads), (6040, 2));
+        let w = &r.words;
+        assert_eq!((w.samples, w.traps), (2, 2));
+        // One reuse 5 accesses long (0-4K), one 5000 long (4K-8K).
+        let time: Vec<f64> = w.rdx_bins.iter().map(|b| b.time).collect();
+        assert!((time[0] - 0.5).abs() < 1e-9, "{time:?}");
+        assert!((time[1] - 0.5).abs() < 1e-9, "{time:?}");
+        assert!(
+            r.notes.iter().any(|n| n.starts_with("2 threads")),
+            "{:?}",
+            r.notes
+        );
+        assert!(!r.notes.iter().any(|n| n.contains("did not exit normally")));
+        std::fs::remove_file(&p).ok();
+        // A thread whose end was never logged (the program died): its last event bounds it.
+        let p = events(
+            "threads-cut",
+            "H 10 0 1 7\nS 0x1 0x1000 10 0 10 0\nS 0x1 0x2000 20 0 10 1\nT 0 25 1\nE 50 0\n",
+        );
+        let r = reuse_live(&p, "prog", &cfg).unwrap();
+        assert_eq!((r.accesses, r.threads), (75, 2));
+        assert!(r.notes.iter().any(|n| n.contains("did not exit normally")));
+        std::fs::remove_file(&p).ok();
+        // A trap of a thread that never sampled is an error, named by its line.
+        let p = events(
+            "threads-bad",
+            "H 10 0 1 7\nS 0x1 0x1000 10 0 10 0\nT 0 25 3\n",
+        );
+        let e = reuse_live(&p, "prog", &cfg).unwrap_err().to_string();
+        assert!(e.contains("line 3"), "{e}");
+        std::fs::remove_file(&p).ok();
+    }
+
+    #[test]
     fn a_live_run_cut_short_or_garbled_is_reported() {
         let cfg = ReuseConfig::default();
         // No end line: the program died; the histograms cover what was logged.
@@ -908,7 +1030,8 @@ mod tests {
         assert!(r.notes.iter().any(|n| n.contains("did not exit normally")));
         std::fs::remove_file(&p).ok();
         // An execve that left QEMU (the shell's failed try first): the run ends there.
-        let text = "H 10 0.5 1 1\nS 0x1 0x1000 10 0\nX 15 /nope/true\nT 0 12\nX 20 /bin/my prog\n";
+        let text =
+            "H 10 0.5 1 1\nS 0x1 0x1000 10 0\nX 15 0 /nope/true\nT 0 12\nX 20 0 /bin/my prog\n";
         let p = events("exec", text);
         let r = reuse_live(&p, "prog", &cfg).unwrap();
         assert_eq!(r.accesses, 20);
@@ -922,7 +1045,7 @@ mod tests {
         // A failed execve followed by a normal exit changes nothing.
         let p = events(
             "exec-failed",
-            "H 10 0.5 1 1\nS 0x1 0x1000 10 0\nX 11 /nope\nT 0 12\nE 30\n",
+            "H 10 0.5 1 1\nS 0x1 0x1000 10 0\nX 11 0 /nope\nT 0 12\nE 30\n",
         );
         let r = reuse_live(&p, "prog", &cfg).unwrap();
         assert_eq!(r.accesses, 30);

@@ -459,20 +459,77 @@ fn live_rdx_of_a_program_that_execs_says_where_it_left_qemu() {
     );
 }
 
+/// Each guest thread is sampled with its own access count and registers, as per-thread
+/// hardware would: a reuse is the same thread's next touch, timed in its own accesses. The
+/// trace-driven run over a full trace of the same program does the same per thread, with
+/// exact per-thread histograms to compare against.
 #[test]
-fn live_rdx_stops_sampling_at_a_second_thread_and_the_program_runs_on() {
+fn live_rdx_follows_every_thread_like_the_trace() {
     if !have("qemu-x86_64", "live RDX of a threaded program") {
         return;
     }
     let dir = temp_dir("reuse-live-threads");
-    let spmv = app("spmv");
-    let v = live_json(
-        &dir,
-        "4096",
-        &[&spmv, "--rows=4096", "--iters=5", "--threads=2"],
+    // Twice: and with the workers started with every signal blocked, as thread pools often
+    // are (Debian's xz): QEMU gives the host thread the guest's mask, which blocked the
+    // watchpoints' SIGTRAP (before, xz -T2 ran 259 s where it now runs 3.4 s, trapping into
+    // the kernel at every touch of a watched word).
+    let mut traps = Vec::new();
+    for sigblock in ["--sigblock=0", "--sigblock=1"] {
+        let program = [
+            app("spmv"),
+            "--rows=4096".to_string(),
+            "--nnz=16".to_string(),
+            "--iters=8".to_string(),
+            "--threads=2".to_string(),
+            sigblock.to_string(),
+        ];
+        let args: Vec<&str> = program.iter().map(String::as_str).collect();
+        capture(&dir, "spmv2.mgbt", &args);
+        let exact = reuse_json(&dir, &["--rdx", "spmv2.mgbt", "--period", "2048"]);
+        // At a period under 2^17 every access is counted in callbacks, per thread.
+        let v = live_json(&dir, "2048", &args);
+        assert_eq!(v["threads"], exact["threads"], "{sigblock}: {}", v["notes"]);
+        assert!(v["threads"].as_u64().unwrap() >= 3, "main and two workers");
+        let (live_n, trace_n) = (
+            v["accesses"].as_f64().unwrap(),
+            exact["accesses"].as_f64().unwrap(),
+        );
+        assert!(
+            (live_n - trace_n).abs() < 1000.0,
+            "{sigblock}: live counts {live_n} accesses, the full trace {trace_n}"
+        );
+        let notes = v["notes"].to_string();
+        assert!(notes.contains("threads: each was sampled"), "{notes}");
+        let w = &v["words"];
+        assert!(w["samples"].as_u64().unwrap() > 500, "{sigblock}: {w}");
+        traps.push(w["traps"].as_f64().unwrap());
+        // The time histogram, timed in each thread's own accesses, against the exact one
+        // (six runs here: 0.895-0.947, 0.84 once in twenty under load: the threads'
+        // interleaving changes which accesses are sampled; the converted stack histogram,
+        // 0.897-0.956 in the same six runs, can move the x vector's reuses a bin when its
+        // few uses without reuse weigh much, so scripts/rdx-accuracy.py measures it over
+        // seeds instead).
+        let want = stack(&exact, "exact_time");
+        let got = stack(&v, "time");
+        let s = accuracy_s(&want, &got);
+        assert!(
+            s >= 0.8,
+            "{sigblock}: live time S {s}: {got:?} vs exact {want:?}"
+        );
+        // Each worker reuses its part of x about 100 K of its own accesses apart (64K-128K);
+        // counted in both workers' accesses, the other's in between, they would lie further.
+        let (peak, beyond) = (got[5], got[6..].iter().sum::<f64>());
+        assert!(
+            want[5] > 0.3 && peak > 0.3 && beyond < 0.05,
+            "{sigblock}: live time bins {got:?} vs exact {want:?}"
+        );
+    }
+    // The blocked workers' registers trap as the others' do (here 166-185 traps either way;
+    // 24 with blocked workers before, 780 of 868 samples finding every register armed).
+    assert!(
+        traps[1] > 0.5 * traps[0],
+        "traps with unblocked and blocked workers: {traps:?}"
     );
-    let notes = v["notes"].to_string();
-    assert!(notes.contains("second thread"), "{notes}");
 }
 
 /// The native path (the library preloaded into the program, as RDX runs) with the page-fault
@@ -651,14 +708,17 @@ fn a_histogram_resting_on_few_effective_samples_says_so() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains(" effective), "), "{}", stdout(&o));
     // Hotcold's million cold words are last used about once each, but few of the samples
-    // that stood for them survived (2 effective): the distinct estimate says it is rough.
+    // that stood for them survived (1-2 effective): the distinct estimate says what it rests
+    // on, as rough, or as the floor the longest reuse gives when that is higher (which of
+    // the two depends on the layout QEMU gives the run).
     let words = stdout(&o)
         .lines()
         .find(|l| l.starts_with("words:"))
         .unwrap()
         .to_owned();
     assert!(
-        words.contains("estimated (rough: it rests on")
+        (words.contains("estimated (rough: it rests on")
+            || words.contains("estimated (the locations the window of the longest reuse holds;"))
             && words.contains("effective uses without reuse"),
         "{words}"
     );

@@ -685,13 +685,23 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
 extern "C" fn rdx_vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
     static STARTED: AtomicU32 = AtomicU32::new(0);
     if STARTED.fetch_add(1, Ordering::AcqRel) == 0 {
+        // The first thread (vCPU 0) is followed from `rdx::init`.
         switch::set_owner(vcpu);
     } else {
-        if let Some((_, n)) = switch::second_thread(vcpu) {
-            rdx::credit(n);
+        // Counting goes back to callbacks for good: the inline counter is one for all.
+        if let Some((owner, n)) = switch::second_thread(vcpu) {
+            rdx::credit(owner, n);
         }
-        rdx::second_thread();
+        rdx::thread_started(vcpu);
     }
+}
+
+extern "C" fn rdx_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, _ret: i64) {
+    rdx::syscall_returned(vcpu, num);
+}
+
+extern "C" fn rdx_vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {
+    rdx::thread_exited(vcpu);
 }
 
 extern "C" fn rdx_at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
@@ -720,8 +730,10 @@ fn register_rdx_callbacks(id: qemu_plugin_id_t) {
     // SAFETY: registering callbacks with the id QEMU gave us.
     unsafe {
         qemu_plugin_register_vcpu_init_cb(id, rdx_vcpu_init);
+        qemu_plugin_register_vcpu_exit_cb(id, rdx_vcpu_exit);
         qemu_plugin_register_vcpu_tb_trans_cb(id, rdx_tb_trans);
         qemu_plugin_register_vcpu_syscall_cb(id, exec_entry::<true>);
+        qemu_plugin_register_vcpu_syscall_ret_cb(id, rdx_syscall_ret);
         qemu_plugin_register_atexit_cb(id, rdx_at_exit, ptr::null_mut());
     }
 }
@@ -800,7 +812,7 @@ extern "C" fn syscall_ret(_id: qemu_plugin_id_t, _vcpu: c_uint, num: i64, ret: i
 #[allow(clippy::too_many_arguments)]
 extern "C" fn exec_entry<const LIVE_RDX: bool>(
     _id: qemu_plugin_id_t,
-    _vcpu: c_uint,
+    vcpu: c_uint,
     num: i64,
     a1: u64,
     a2: u64,
@@ -816,7 +828,7 @@ extern "C" fn exec_entry<const LIVE_RDX: bool>(
     };
     if LIVE_RDX {
         // (A forked child's events are dropped by `rdx` itself.)
-        rdx::on_exec(&path);
+        rdx::on_exec(vcpu, &path);
     } else if std::process::id() == plugin().pid {
         // A forked child's exec leaves the parent's trace going on.
         slots::note_exec(&path);
@@ -1232,7 +1244,7 @@ fn register_callbacks(id: qemu_plugin_id_t) {
 pub(crate) extern "C" fn on_reset(id: qemu_plugin_id_t) {
     if rdx::active() {
         rdx::flushed();
-        switch::on_reset(|_, n| rdx::credit(n));
+        switch::on_reset(rdx::credit);
         register_rdx_callbacks(id);
         return;
     }

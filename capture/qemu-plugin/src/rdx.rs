@@ -16,8 +16,11 @@
 //!   events file, from which mgbench rebuilds the histograms with the same bookkeeping as the
 //!   trace-driven run (`mgbench_synth::locality::rdx`).
 //!
-//! One guest thread: the counter is shared by all vCPUs (QEMU 7.2), so when a second thread
-//! starts, sampling stops (noted in the file) and the guest runs with no instrumentation.
+//! Threads are measured as per-thread hardware would: each guest thread has its own access
+//! count, period, reservoir and debug registers (perf watchpoints belong to the thread that
+//! opens them, so another thread's touch of a watched word does not fire), and its events
+//! carry its number. QEMU 7.2's inline counter is one for all vCPUs, so when a second
+//! thread starts, every thread counts in memory callbacks from then on.
 
 use std::fs::File;
 use std::io::Write;
@@ -29,35 +32,106 @@ use crate::sys::{self, Watchpoint};
 
 /// Debug registers used at most (x86 has 4; perf may give fewer).
 pub const MAX_WATCH: usize = 4;
-/// Marks the SIGTRAPs of our watchpoints (`sig_data = MAGIC << 8 | register`).
+/// Guest threads followed at once (by vCPU index: QEMU numbers a new thread one above the
+/// highest index alive); threads beyond run unsampled, and the report says so.
+pub const MAX_THREADS: usize = 64;
+/// Marks the SIGTRAPs of our watchpoints (`sig_data = MAGIC << 16 | vcpu << 8 | register`).
 const MAGIC: u64 = 0x6d67_6264_7278; // "mgbdrx"
 const RING: usize = 64;
 
 /// Live RDX is the plugin's mode.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
-/// No more samples (a second thread, or the watchpoints failed).
+/// No more samples (the watchpoints failed).
 static STOPPED: AtomicBool = AtomicBool::new(false);
-/// Accesses counted outside the counter's uncredited part (callbacks, and credits).
-static TIME: AtomicU64 = AtomicU64::new(0);
 /// Blocks QEMU translated again after a flush of ours (most of a sample's cost: every switch
 /// flushes them all, and the program's hot code is translated again). First translations of
 /// new code are the program's own, and so are QEMU's own retranslations between flushes
 /// (other CPU flags, a block cut short by a fault: 1334 in the start of Debian's sort).
 static RETRANSLATED: AtomicU64 = AtomicU64::new(0);
-/// Accesses when a second thread stopped sampling (0: it did not).
-static STOP_TIME: AtomicU64 = AtomicU64::new(0);
 /// Flushes so far (switches between counting and callbacks).
 static FLUSHES: AtomicU64 = AtomicU64::new(0);
 /// Guest addresses of the blocks translated so far, with the flush count at their last
 /// translation.
 static SEEN: Mutex<Option<std::collections::HashMap<u64, u64>>> = Mutex::new(None);
-/// Registers armed now (for the signal handler).
-static ARMED: [AtomicBool; MAX_WATCH] = [const { AtomicBool::new(false) }; MAX_WATCH];
-/// Traps not yet logged: `register << 56 | time`.
-static TRAPS: [AtomicU64; RING] = [const { AtomicU64::new(0) }; RING];
-static TRAPS_IN: AtomicUsize = AtomicUsize::new(0);
-/// The registers' perf descriptors (for the signal handler).
-static WATCH_FDS: [AtomicI32; MAX_WATCH] = [const { AtomicI32::new(-1) }; MAX_WATCH];
+
+/// What a guest thread's callbacks and its signal handler share, without the lock. Only the
+/// thread itself writes `mark`, `set` and `skip_left`, except credits, which come with every
+/// vCPU stopped or from the creator's clone call.
+///
+/// The thread's time (accesses counted by the callbacks and credits, without the inline
+/// counter's uncredited part) is `mark + set - skip_left`: a callback between samples only
+/// counts `skip_left` down, one load and one store (with threads every access of the run
+/// comes through it).
+struct Vcpu {
+    /// A thread is followed on this vCPU index.
+    live: AtomicBool,
+    /// The thread's time when `skip_left` was last set ...
+    mark: AtomicU64,
+    /// ... and what it was set to.
+    set: AtomicU64,
+    /// Accesses to the thread's next sample (`u64::MAX`: none).
+    skip_left: AtomicU64,
+    /// While a check is forced at the next access (`skip_left` zero): what `skip_left` was.
+    resume: AtomicU64,
+    /// The thread's first callback ran.
+    started: AtomicBool,
+    /// Registers armed now (for the signal handler).
+    armed: [AtomicBool; MAX_WATCH],
+    /// The registers' perf descriptors (for the signal handler).
+    fds: [AtomicI32; MAX_WATCH],
+    /// Traps not yet logged: `register << 56 | time`.
+    traps: [AtomicU64; RING],
+    traps_in: AtomicUsize,
+}
+
+impl Vcpu {
+    const fn new() -> Vcpu {
+        Vcpu {
+            live: AtomicBool::new(false),
+            mark: AtomicU64::new(0),
+            set: AtomicU64::new(u64::MAX),
+            skip_left: AtomicU64::new(u64::MAX),
+            resume: AtomicU64::new(0),
+            started: AtomicBool::new(true),
+            armed: [const { AtomicBool::new(false) }; MAX_WATCH],
+            fds: [const { AtomicI32::new(-1) }; MAX_WATCH],
+            traps: [const { AtomicU64::new(0) }; RING],
+            traps_in: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Vcpu {
+    /// The thread's time. Async-signal-safe.
+    fn time(&self) -> u64 {
+        let left = self.skip_left.load(Ordering::Acquire);
+        let set = self.set.load(Ordering::Acquire);
+        self.mark
+            .load(Ordering::Acquire)
+            .wrapping_add(set.wrapping_sub(left))
+    }
+
+    /// Makes the thread's next access take the slow path ([`sample_due`]) without moving
+    /// its sample (in callbacks only: counting inline, `skip_left` is the credit's).
+    fn force_check(&self) {
+        let left = self.skip_left.load(Ordering::Acquire);
+        if left == 0 || left == u64::MAX {
+            return;
+        }
+        let now = self.time();
+        self.resume.store(left, Ordering::Release);
+        self.restart(now, 0);
+    }
+
+    /// The thread's time is `now`, with `left` accesses to its next sample.
+    fn restart(&self, now: u64, left: u64) {
+        self.mark.store(now, Ordering::Release);
+        self.set.store(left, Ordering::Release);
+        self.skip_left.store(left, Ordering::Release);
+    }
+}
+
+static VCPUS: [Vcpu; MAX_THREADS] = [const { Vcpu::new() }; MAX_THREADS];
 
 /// How live RDX samples (plugin arguments `rdx=PERIOD,rdx_watch=W,rdx_seed=S,rdx_jitter=J`,
 /// and `rdx_adaptive=1` for the adaptive period, which starts at PERIOD).
@@ -114,12 +188,11 @@ pub fn parse_jitter(key: &str, v: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("{key}={v}: give a fraction in [0, 1)"))
 }
 
-/// The sampler's state: touched by the vCPU thread's callbacks and by atexit.
-struct State {
-    args: RdxArgs,
-    out: File,
-    rng: u64,
-    /// Mean gap to the next sample (the fixed period, or the adaptive one).
+/// One guest thread's sampler (under the state's lock).
+struct Thread {
+    /// The thread's number in the events file (in order of start; vCPU indices are reused).
+    number: u32,
+    /// Mean gap to the thread's next sample (the fixed period, or the adaptive one).
     period: u64,
     /// Samples taken (placed or dropped).
     samples: u64,
@@ -134,6 +207,21 @@ struct State {
     traps_out: usize,
 }
 
+/// The sampler's state: touched by the vCPU threads' callbacks and by atexit.
+struct State {
+    args: RdxArgs,
+    out: File,
+    rng: u64,
+    /// The followed threads, by vCPU index.
+    threads: Vec<Option<Thread>>,
+    /// Threads started so far (the next one's number).
+    started: u32,
+    /// Threads that started beyond `MAX_THREADS` at once (not sampled).
+    unfollowed: u32,
+    /// The first thread's first gap (its first callback decides where it is counted).
+    first_gap: u64,
+}
+
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 /// The measured process (set at init).
 static PID: AtomicU32 = AtomicU32::new(0);
@@ -146,11 +234,19 @@ impl State {
     }
 
     /// Accesses to the next sample: uniform in `period x [1 - jitter, 1 + jitter]`.
-    fn gap(&mut self) -> u64 {
-        let p = self.period as f64;
+    fn gap(&mut self, period: u64) -> u64 {
+        let p = period as f64;
         let lo = p * (1.0 - self.args.jitter);
         let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
         ((lo + u * 2.0 * p * self.args.jitter).round() as u64).max(1)
+    }
+
+    /// The gap to thread `v`'s next sample.
+    fn thread_gap(&mut self, v: usize) -> u64 {
+        let period = self.threads[v]
+            .as_ref()
+            .map_or(self.args.period, |t| t.period);
+        self.gap(period)
     }
 
     /// Writes one event line. No allocation: the native path logs from signal handlers.
@@ -172,76 +268,125 @@ impl State {
         let _ = self.out.write_all(&buf[..n]);
     }
 
-    /// Logs the traps the handler queued, in order, and frees their registers.
-    fn drain_traps(&mut self) {
-        let n = TRAPS_IN.load(Ordering::Acquire);
-        while self.traps_out < n {
-            let v = TRAPS[self.traps_out % RING].load(Ordering::Acquire);
-            self.traps_out += 1;
-            let k = (v >> 56) as usize;
-            let time = v & ((1 << 56) - 1);
-            if k < self.busy.len() {
-                self.busy[k] = false;
-                self.since[k] = 0;
+    /// Starts following a thread on vCPU `v` (its first gap drawn, its time at zero).
+    fn start_thread(&mut self, v: usize) {
+        let number = self.started;
+        self.started += 1;
+        let w = self.args.watch;
+        let c = &VCPUS[v];
+        self.threads[v] = Some(Thread {
+            number,
+            period: self.args.period,
+            samples: 0,
+            retranslated_mark: RETRANSLATED.load(Ordering::Relaxed),
+            last_sample: None,
+            since: vec![0; w],
+            busy: vec![false; w],
+            order: (0..w).collect(),
+            watch: Vec::new(),
+            traps_out: c.traps_in.load(Ordering::Acquire),
+        });
+        let first = self.gap(self.args.period);
+        c.restart(0, first);
+        c.started.store(true, Ordering::Release);
+        c.live.store(true, Ordering::Release);
+    }
+
+    /// Logs thread `v`'s end at `now` (its registers closed) and stops following it.
+    fn end_thread(&mut self, v: usize, now: u64) {
+        let c = &VCPUS[v];
+        for (armed, fd) in c.armed.iter().zip(&c.fds) {
+            armed.store(false, Ordering::Release);
+            let fd = fd.swap(-1, Ordering::AcqRel);
+            if fd >= 0 {
+                sys::disarm_watchpoint(fd);
             }
-            self.log(format_args!("T {k} {time}\n"));
+        }
+        self.drain_traps(v);
+        c.live.store(false, Ordering::Release);
+        c.restart(0, u64::MAX);
+        if let Some(t) = self.threads[v].take() {
+            self.log(format_args!("E {now} {}\n", t.number));
         }
     }
 
-    fn open_watchpoints(&mut self, addr: u64) -> Result<(), String> {
+    /// Logs the traps thread `v`'s handler queued, in order, and frees their registers.
+    fn drain_traps(&mut self, v: usize) {
+        let c = &VCPUS[v];
+        let n = c.traps_in.load(Ordering::Acquire);
+        let Some(mut t) = self.threads[v].take() else {
+            return;
+        };
+        while t.traps_out < n {
+            let val = c.traps[t.traps_out % RING].load(Ordering::Acquire);
+            t.traps_out += 1;
+            let k = (val >> 56) as usize;
+            let time = val & ((1 << 56) - 1);
+            if k < t.busy.len() {
+                t.busy[k] = false;
+                t.since[k] = 0;
+            }
+            self.log(format_args!("T {k} {time} {}\n", t.number));
+        }
+        self.threads[v] = Some(t);
+    }
+
+    /// Opens thread `v`'s registers (on the calling thread, which must be `v`'s: perf
+    /// watchpoints belong to the thread that opens them).
+    fn open_watchpoints(&mut self, v: usize, addr: u64) -> Result<(), String> {
         sys::install_trap_hook(on_trap)?;
-        for (k, fd) in WATCH_FDS.iter().enumerate().take(self.args.watch) {
+        let watch = self.args.watch;
+        let Some(t) = self.threads[v].as_mut() else {
+            return Err(format!("thread on vCPU {v} is not followed"));
+        };
+        for (k, fd) in VCPUS[v].fds.iter().enumerate().take(watch) {
             let w = Watchpoint::open(addr & !7).map_err(|e| {
                 format!(
                     "cannot set hardware watchpoint {k} through perf_event_open (PERF_TYPE_BREAKPOINT): {e}; live RDX needs the breakpoint PMU (see kernel.perf_event_paranoid)"
                 )
             })?;
             fd.store(w.fd(), Ordering::Release);
-            self.watch.push(w);
+            t.watch.push(w);
         }
         Ok(())
     }
 
-    /// A sample: RDX's reservoir picks the register it goes to, if any.
-    fn sample(&mut self, ip: u64, addr: u64, now: u64) {
-        if self.watch.is_empty() {
-            if let Err(e) = self.open_watchpoints(addr) {
+    /// A sample of thread `v`: RDX's reservoir picks the register it goes to, if any.
+    fn sample(&mut self, v: usize, ip: u64, addr: u64, now: u64) {
+        let Some(first) = self.threads[v].as_ref().map(|t| t.watch.is_empty()) else {
+            return;
+        };
+        if first {
+            let fresh = self.threads.iter().flatten().all(|t| t.watch.is_empty());
+            if let Err(e) = self.open_watchpoints(v, addr) {
                 sys::outs(&e);
                 self.log(format_args!("N error: {e}\n"));
                 STOPPED.store(true, Ordering::Release);
                 return;
             }
-            self.log_maps();
-        }
-        self.drain_traps();
-        // The gap that led here was drawn from `period`: the sample stands for that many.
-        let period = self.period;
-        self.samples += 1;
-        if self.args.adaptive {
-            let now_re = RETRANSLATED.load(Ordering::Relaxed);
-            let re = now_re - self.retranslated_mark;
-            self.retranslated_mark = now_re;
-            let t = std::time::Instant::now();
-            // Natively a sample costs a signal, not a flush: the doubling alone.
-            let rate = match (self.last_sample, NATIVE_COUNTER.load(Ordering::Acquire)) {
-                (Some((t0, n0)), -1) => {
-                    let secs = t.duration_since(t0).as_secs_f64();
-                    (secs > 0.0).then(|| now.saturating_sub(n0) as f64 / secs)
-                }
-                _ => None,
-            };
-            self.last_sample = Some((t, now));
-            self.period = adaptive_period(self.args.period, self.samples, re, rate);
-        }
-        let w = self.busy.len();
-        for k in 0..w {
-            if self.busy[k] {
-                self.since[k] += 1;
+            if fresh {
+                self.log_maps();
             }
         }
-        let chosen = match self.busy.iter().position(|b| !b) {
+        self.drain_traps(v);
+        let Some(mut t) = self.threads[v].take() else {
+            return;
+        };
+        // The gap that led here was drawn from `period`: the sample stands for that many.
+        let period = t.period;
+        t.samples += 1;
+        if self.args.adaptive {
+            t.period = self.next_period(&mut t, now);
+        }
+        let w = t.busy.len();
+        for k in 0..w {
+            if t.busy[k] {
+                t.since[k] += 1;
+            }
+        }
+        let chosen = match t.busy.iter().position(|b| !b) {
             Some(k) => {
-                self.since[k] = 1;
+                t.since[k] = 1;
                 Some(k)
             }
             None => {
@@ -249,12 +394,12 @@ impl State {
                 // probability 1 / (samples since it was last empty).
                 for i in (1..w).rev() {
                     let j = (self.next() % (i as u64 + 1)) as usize;
-                    self.order.swap(i, j);
+                    t.order.swap(i, j);
                 }
                 let mut taken = None;
                 for idx in 0..w {
-                    let k = self.order[idx];
-                    if self.next() % self.since[k].max(1) == 0 {
+                    let k = t.order[idx];
+                    if self.next() % t.since[k].max(1) == 0 {
                         taken = Some(k);
                         break;
                     }
@@ -263,22 +408,58 @@ impl State {
             }
         };
         let word = addr & !7;
-        if let Some(k) = chosen {
-            ARMED[k].store(true, Ordering::Release);
-            if !self.watch[k].arm(word, 8, MAGIC << 8 | k as u64) {
-                ARMED[k].store(false, Ordering::Release);
+        let number = t.number;
+        let placed = match chosen {
+            Some(k) => {
+                let c = &VCPUS[v];
+                c.armed[k].store(true, Ordering::Release);
+                let data = MAGIC << 16 | (v as u64) << 8 | k as u64;
+                if t.watch[k].arm(word, 8, data) {
+                    t.busy[k] = true;
+                    Ok(Some(k))
+                } else {
+                    c.armed[k].store(false, Ordering::Release);
+                    Err(k)
+                }
+            }
+            None => Ok(None),
+        };
+        self.threads[v] = Some(t);
+        match placed {
+            Ok(Some(k)) => self.log(format_args!(
+                "S {ip:#x} {addr:#x} {now} {k} {period} {number}\n"
+            )),
+            Ok(None) => self.log(format_args!(
+                "S {ip:#x} {addr:#x} {now} - {period} {number}\n"
+            )),
+            Err(k) => {
                 let e = std::io::Error::last_os_error();
                 self.log(format_args!(
                     "N error: cannot arm watchpoint {k} at {word:#x}: {e}\n"
                 ));
                 STOPPED.store(true, Ordering::Release);
-                return;
             }
-            self.busy[k] = true;
-            self.log(format_args!("S {ip:#x} {addr:#x} {now} {k} {period}\n"));
-        } else {
-            self.log(format_args!("S {ip:#x} {addr:#x} {now} - {period}\n"));
         }
+    }
+
+    /// The adaptive period after a sample of thread `t` at access `now`. The cost floor
+    /// (see [`adaptive_period`]) applies only while gaps can be counted inline: with
+    /// threads every access is counted in callbacks and a sample costs no flush.
+    fn next_period(&self, t: &mut Thread, now: u64) -> u64 {
+        let now_re = RETRANSLATED.load(Ordering::Relaxed);
+        let re = now_re - t.retranslated_mark;
+        t.retranslated_mark = now_re;
+        let clock = std::time::Instant::now();
+        // Natively a sample costs a signal, not a flush: the doubling alone.
+        let rate = match (t.last_sample, NATIVE_COUNTER.load(Ordering::Acquire)) {
+            (Some((t0, n0)), -1) if switch::enabled() => {
+                let secs = clock.duration_since(t0).as_secs_f64();
+                (secs > 0.0).then(|| now.saturating_sub(n0) as f64 / secs)
+            }
+            _ => None,
+        };
+        t.last_sample = Some((clock, now));
+        adaptive_period(self.args.period, t.samples, re, rate)
     }
 
     /// Logs the mappings (allocates: not from a signal handler).
@@ -294,39 +475,48 @@ impl State {
     }
 }
 
-/// The SIGTRAP of a watchpoint (on the vCPU thread, right after the access that touched the
-/// word, before that access is counted): queue the trap with the time of the reuse.
+/// The SIGTRAP of a watchpoint (on the vCPU thread that touched the word, right after the
+/// access, before that access is counted): queue the trap with the time of the reuse.
 fn on_trap(data: u64) -> bool {
-    if data >> 8 != MAGIC {
+    if data >> 16 != MAGIC {
         return false;
     }
+    let v = ((data >> 8) & 0xff) as usize;
     let k = (data & 0xff) as usize;
-    if k >= MAX_WATCH {
+    let (Some(c), true) = (VCPUS.get(v), k < MAX_WATCH) else {
         return true;
-    }
-    let fd = WATCH_FDS[k].load(Ordering::Acquire);
+    };
+    let fd = c.fds[k].load(Ordering::Acquire);
     if fd >= 0 {
         sys::disarm_watchpoint(fd);
     }
-    if !ARMED[k].swap(false, Ordering::AcqRel) || STOPPED.load(Ordering::Acquire) {
+    if !c.armed[k].swap(false, Ordering::AcqRel) || STOPPED.load(Ordering::Acquire) {
         return true;
     }
-    let now = now();
-    let i = TRAPS_IN.load(Ordering::Acquire);
-    TRAPS[i % RING].store((k as u64) << 56 | now, Ordering::Release);
-    TRAPS_IN.store(i + 1, Ordering::Release);
+    let now = now(v);
+    let i = c.traps_in.load(Ordering::Acquire);
+    c.traps[i % RING].store((k as u64) << 56 | now, Ordering::Release);
+    c.traps_in.store(i + 1, Ordering::Release);
     true
 }
 
 /// The access counter of the native path (a perf descriptor), or -1 under QEMU.
 static NATIVE_COUNTER: AtomicI32 = AtomicI32::new(-1);
 
-/// Accesses so far: QEMU's counter and callbacks, or natively the PMU's counter.
+/// Thread `v`'s accesses so far: its callbacks and credits, plus the inline counter's
+/// uncredited part when the counter is its own; natively the PMU's counter.
 /// Async-signal-safe.
-fn now() -> u64 {
+fn now(v: usize) -> u64 {
     match NATIVE_COUNTER.load(Ordering::Acquire) {
         fd if fd >= 0 => sys::counter_value(fd),
-        _ => TIME.load(Ordering::Acquire) + switch::uncredited(),
+        _ => {
+            let own = if switch::owner() as usize == v {
+                switch::uncredited()
+            } else {
+                0
+            };
+            VCPUS[v].time() + own
+        }
     }
 }
 
@@ -341,15 +531,15 @@ pub fn native_sample(ip: u64, addr: u64) -> Option<u64> {
     if STOPPED.load(Ordering::Acquire) {
         return None;
     }
-    let now = now();
+    let now = now(0);
     // try_lock: the handler never waits; the lock is only held by the same thread outside
     // handlers after the sampler's signal was blocked (exit), so it is free here.
     let Ok(mut guard) = STATE.try_lock() else {
         return None;
     };
     let st = guard.as_mut()?;
-    st.sample(ip, addr, now);
-    Some(st.gap())
+    st.sample(0, ip, addr, now);
+    Some(st.thread_gap(0))
 }
 
 /// Native path: opens the watchpoints on the calling thread (from the library's
@@ -359,7 +549,7 @@ pub fn native_start(any_addr: u64, note: &str) -> Result<(), String> {
         .lock()
         .map_err(|_| "state lock poisoned".to_string())?;
     let st = g.as_mut().ok_or("live RDX is not set up")?;
-    st.open_watchpoints(any_addr)?;
+    st.open_watchpoints(0, any_addr)?;
     st.log(format_args!("N {note}\n"));
     st.log_maps();
     Ok(())
@@ -370,7 +560,7 @@ pub fn native_first_gap() -> u64 {
     STATE
         .lock()
         .ok()
-        .and_then(|mut g| g.as_mut().map(|st| st.gap()))
+        .and_then(|mut g| g.as_mut().map(|st| st.thread_gap(0)))
         .unwrap_or(1)
 }
 
@@ -392,7 +582,8 @@ pub fn stopped() -> bool {
     STOPPED.load(Ordering::Acquire)
 }
 
-/// Sets live RDX up: the events file `out` gets a header line.
+/// Sets live RDX up, following the first thread on vCPU 0: the events file `out` gets a
+/// header line.
 pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
     if args.watch == 0 || args.watch > MAX_WATCH {
         return Err(format!(
@@ -409,17 +600,11 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
         args,
         out: file,
         rng: args.seed ^ 0x5eed,
-        period: args.period,
-        samples: 0,
-        retranslated_mark: 0,
-        last_sample: None,
-        since: vec![0; args.watch],
-        busy: vec![false; args.watch],
-        order: (0..args.watch).collect(),
-        watch: Vec::new(),
-        traps_out: 0,
+        threads: (0..MAX_THREADS).map(|_| None).collect(),
+        started: 0,
+        unfollowed: 0,
+        first_gap: 0,
     };
-    SKIP_LEFT.store(st.gap(), Ordering::Release);
     st.log(format_args!(
         "H {} {} {} {}{}\n",
         args.period,
@@ -428,6 +613,11 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
         args.seed,
         if args.adaptive { " adaptive" } else { "" }
     ));
+    st.start_thread(0);
+    // The first thread's first callback decides whether its first gap is counted inline.
+    st.first_gap = VCPUS[0].skip_left.load(Ordering::Acquire);
+    VCPUS[0].restart(0, 0);
+    VCPUS[0].started.store(false, Ordering::Release);
     *STATE
         .lock()
         .map_err(|_| "state lock poisoned".to_string())? = Some(st);
@@ -436,20 +626,39 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
 }
 
 /// Every access while callbacks are in (one sample, then the accesses until the switch back
-/// to counting lands).
+/// to counting lands; with threads, every access).
 ///
-/// Most calls only count: while sampling, the guest has one thread, so only this vCPU
-/// thread writes `TIME` and `SKIP_LEFT` (credits come with every vCPU stopped), and plain
-/// loads and stores do (short adaptive periods run whole stretches in callbacks).
-pub extern "C" fn mem_cb(_vcpu: u32, _info: u32, addr: u64, udata: *mut std::ffi::c_void) {
-    if STOPPED.load(Ordering::Acquire) {
+/// Most calls only count `skip_left` down: only the vCPU's own thread writes it (credits
+/// come with every vCPU stopped), so a plain load and store do (short adaptive periods, and
+/// threaded programs, run whole stretches in callbacks).
+pub extern "C" fn mem_cb(vcpu: u32, _info: u32, addr: u64, udata: *mut std::ffi::c_void) {
+    let Some(c) = VCPUS.get(vcpu as usize) else {
+        return;
+    };
+    let left = c.skip_left.load(Ordering::Acquire);
+    if left > 0 {
+        c.skip_left.store(left - 1, Ordering::Release);
         return;
     }
-    let now = TIME.load(Ordering::Acquire);
-    TIME.store(now + 1, Ordering::Release);
-    let left = SKIP_LEFT.load(Ordering::Acquire);
-    if left > 0 && STARTED.load(Ordering::Acquire) {
-        SKIP_LEFT.store(left - 1, Ordering::Release);
+    sample_due(vcpu as usize, c, addr, udata as u64);
+}
+
+/// A thread's sample is due at this access (`skip_left` reached zero).
+#[cold]
+fn sample_due(v: usize, c: &Vcpu, addr: u64, ip: u64) {
+    // This access's index; the thread's time is one more after it.
+    let now = c.time();
+    if STOPPED.load(Ordering::Acquire) || !c.live.load(Ordering::Acquire) {
+        c.restart(now + 1, u64::MAX);
+        return;
+    }
+    // Our traps must reach us on this thread, whatever mask the guest set (see
+    // `sys::unblock_sigtrap`).
+    sys::unblock_sigtrap();
+    let resume = c.resume.swap(0, Ordering::AcqRel);
+    if resume > 0 {
+        // A forced check (the guest changed its signal mask), not a sample.
+        c.restart(now + 1, resume - 1);
         return;
     }
     let Ok(mut guard) = STATE.lock() else {
@@ -458,35 +667,33 @@ pub extern "C" fn mem_cb(_vcpu: u32, _info: u32, addr: u64, udata: *mut std::ffi
     let Some(st) = guard.as_mut() else {
         return;
     };
-    if !STARTED.swap(true, Ordering::AcqRel) {
+    if !c.started.swap(true, Ordering::AcqRel) {
         // The run begins in callbacks: count the first gap inline if it is long.
-        if left >= MIN_INLINE {
+        let first = st.first_gap;
+        if first >= MIN_INLINE {
             switch::window_closed();
         }
-        if left > 0 {
-            SKIP_LEFT.store(left - 1, Ordering::Release);
+        if first > 0 {
+            c.restart(now + 1, first - 1);
             return;
         }
     }
-    st.sample(udata as u64, addr, now);
-    let next = st.gap() - 1;
-    SKIP_LEFT.store(next, Ordering::Release);
-    // Short gaps stay in callbacks: two retranslations would cost more than they save.
+    st.sample(v, ip, addr, now);
+    let next = st.thread_gap(v) - 1;
+    c.restart(now + 1, next);
+    // Short gaps stay in callbacks: two retranslations would cost more than they save
+    // (and with threads the switch is off: every thread counts in callbacks).
     if next >= MIN_INLINE {
         switch::window_closed();
     }
 }
 
-/// Accesses to the next sample (counted down by the callbacks, credited by `credit`).
-static SKIP_LEFT: AtomicU64 = AtomicU64::new(0);
-/// The first callback ran.
-static STARTED: AtomicBool = AtomicBool::new(false);
-
 /// Accesses over which a sample that came due while counting inline is spread (see
 /// [`credit`]).
 const LATE_SPREAD: u64 = 4096;
 
-/// Credits `n` accesses counted inline; returns the accesses left to the next sample.
+/// Credits vCPU `vcpu`'s thread with `n` accesses counted inline; returns the accesses left
+/// to its next sample.
 ///
 /// Counting inline, the sample point is noticed late (the poller looks every 200 us), and
 /// the first access in callbacks is the first memory access of whatever block QEMU runs
@@ -494,18 +701,32 @@ const LATE_SPREAD: u64 = 4096;
 /// sample fell on `acc[i & 7]`, none on `big[i]`). So a sample that is already due is taken
 /// a uniform 0..LATE_SPREAD accesses later, counted by the callbacks, which picks the
 /// accesses of a loop in proportion to how often they run.
-pub fn credit(n: u64) -> u64 {
-    TIME.fetch_add(n, Ordering::AcqRel);
+pub fn credit(vcpu: u32, n: u64) -> u64 {
+    let Some(c) = VCPUS
+        .get(vcpu as usize)
+        .filter(|c| c.live.load(Ordering::Acquire))
+    else {
+        return 0;
+    };
+    // A forced check pending: its `skip_left` is the real one.
+    let resume = c.resume.swap(0, Ordering::AcqRel);
+    if resume > 0 {
+        c.restart(c.time(), resume);
+    }
+    let now = c.time() + n;
     match STATE.lock() {
         Ok(mut g) => g.as_mut().map_or(0, |st| {
-            let mut left = SKIP_LEFT.load(Ordering::Acquire).saturating_sub(n);
+            let mut left = c.skip_left.load(Ordering::Acquire).saturating_sub(n);
             if left == 0 {
                 left = st.next() % LATE_SPREAD;
             }
-            SKIP_LEFT.store(left, Ordering::Release);
+            c.restart(now, left);
             left
         }),
-        Err(_) => 0,
+        Err(_) => {
+            c.restart(now, c.skip_left.load(Ordering::Acquire).saturating_sub(n));
+            0
+        }
     }
 }
 
@@ -529,26 +750,64 @@ pub fn flushed() {
     FLUSHES.fetch_add(1, Ordering::AcqRel);
 }
 
-/// A second guest thread starts: stop sampling (the counter cannot tell threads apart).
-pub fn second_thread() {
-    if STOPPED.swap(true, Ordering::AcqRel) {
+/// A guest thread starts on vCPU `vcpu` (called on its creator's thread, in the clone
+/// system call): follow it with its own time, period and registers.
+pub fn thread_started(vcpu: u32) {
+    let v = vcpu as usize;
+    let Ok(mut g) = STATE.lock() else {
+        return;
+    };
+    let Some(st) = g.as_mut() else {
+        return;
+    };
+    if v >= MAX_THREADS {
+        st.unfollowed += 1;
+        if st.unfollowed == 1 {
+            st.log(format_args!(
+                "N more than {MAX_THREADS} threads at once: threads beyond were not sampled\n"
+            ));
+        }
         return;
     }
-    for (k, armed) in ARMED.iter().enumerate() {
-        armed.store(false, Ordering::Release);
-        let fd = WATCH_FDS[k].load(Ordering::Acquire);
-        if fd >= 0 {
-            sys::disarm_watchpoint(fd);
-        }
+    if VCPUS[v].live.load(Ordering::Acquire) {
+        // An index reused without its exit seen: end the old thread where it stood.
+        let now = now(v);
+        st.end_thread(v, now);
     }
-    let now = now();
-    STOP_TIME.store(now, Ordering::Release);
+    st.start_thread(v);
+}
+
+/// A system call of vCPU `vcpu`'s thread returned. After one that can change the guest's
+/// signal mask (`rt_sigprocmask`, `rt_sigreturn`, `rt_sigsuspend`), QEMU gives the host
+/// thread the guest's mask, perhaps with SIGTRAP blocked: the thread's next access unblocks
+/// it again (in callbacks; counting inline, at the next sample).
+pub fn syscall_returned(vcpu: u32, num: i64) {
+    const RT_SIGPROCMASK: i64 = 14;
+    const RT_SIGRETURN: i64 = 15;
+    const RT_SIGSUSPEND: i64 = 130;
+    if !matches!(num, RT_SIGPROCMASK | RT_SIGRETURN | RT_SIGSUSPEND)
+        || (switch::enabled() && switch::mode() == switch::Mode::Count)
+    {
+        return;
+    }
+    if let Some(c) = VCPUS
+        .get(vcpu as usize)
+        .filter(|c| c.live.load(Ordering::Acquire))
+    {
+        c.force_check();
+    }
+}
+
+/// A guest thread on vCPU `vcpu` exits (on its own thread): log its traps and its end.
+pub fn thread_exited(vcpu: u32) {
+    let v = vcpu as usize;
+    if VCPUS.get(v).is_none_or(|c| !c.live.load(Ordering::Acquire)) {
+        return;
+    }
+    let now = now(v);
     if let Ok(mut g) = STATE.lock() {
         if let Some(st) = g.as_mut() {
-            st.drain_traps();
-            st.log(format_args!(
-                "N a second thread started at access {now}: sampling stopped there (live RDX follows one thread; record the program with capture --full and run reuse --rdx for threads)\n"
-            ));
+            st.end_thread(v, now);
         }
     }
 }
@@ -556,41 +815,50 @@ pub fn second_thread() {
 /// The guest calls `execve(path)`: if it succeeds, QEMU user mode runs the new program
 /// natively and no exit hook runs, so log the traps so far, the mappings and where the run
 /// left QEMU (a failed call, as a shell's tries along PATH, changes nothing: the exit's `E`
-/// comes after).
-pub fn on_exec(path: &[u8]) {
-    wrap_up(|st, now| {
-        let path = String::from_utf8_lossy(path);
-        st.log(format_args!("X {now} {path}\n"));
-    });
-}
-
-/// At exit (every vCPU stopped): log the traps left, the mappings and the access count.
-pub fn finish() {
-    wrap_up(|st, now| {
-        let blocks = RETRANSLATED.load(Ordering::Relaxed);
-        st.log(format_args!("B {blocks}\n"));
-        st.log(format_args!("E {now}\n"));
-    });
-}
-
-/// Where the run may end: logs the traps left and the mappings, then `last` with the
-/// accesses sampled from (up to a second thread's start, where sampling stopped: the shared
-/// counter goes on counting every thread's accesses until QEMU flushes it).
-fn wrap_up(last: impl FnOnce(&mut State, u64)) {
-    let now = match STOP_TIME.load(Ordering::Acquire) {
-        0 => now(),
-        t => t,
+/// lines come after). `vcpu` is the calling thread's.
+pub fn on_exec(vcpu: u32, path: &[u8]) {
+    let v = vcpu as usize;
+    let Ok(mut g) = STATE.try_lock() else {
+        return;
     };
+    let Some(st) = g.as_mut() else {
+        return;
+    };
+    wrap_up(st);
+    let Some(number) = st.threads.get(v).and_then(|t| t.as_ref()).map(|t| t.number) else {
+        return;
+    };
+    let path = String::from_utf8_lossy(path);
+    st.log(format_args!("X {} {number} {path}\n", now(v)));
+}
+
+/// At exit (every vCPU stopped): log the traps left, the mappings, and every thread's end.
+pub fn finish() {
     // try_lock: `_exit` may come from a signal handler that interrupted a holder.
-    if let Ok(mut g) = STATE.try_lock() {
-        if let Some(st) = g.as_mut() {
-            if !STOPPED.load(Ordering::Acquire) {
-                st.drain_traps();
-            }
-            st.log_maps();
-            last(st, now);
+    let Ok(mut g) = STATE.try_lock() else {
+        return;
+    };
+    let Some(st) = g.as_mut() else {
+        return;
+    };
+    wrap_up(st);
+    let blocks = RETRANSLATED.load(Ordering::Relaxed);
+    st.log(format_args!("B {blocks}\n"));
+    for (v, c) in VCPUS.iter().enumerate() {
+        if c.live.load(Ordering::Acquire) {
+            st.end_thread(v, now(v));
         }
     }
+}
+
+/// Where the run may end: logs the traps left and the mappings.
+fn wrap_up(st: &mut State) {
+    if !STOPPED.load(Ordering::Acquire) {
+        for v in 0..MAX_THREADS {
+            st.drain_traps(v);
+        }
+    }
+    st.log_maps();
 }
 
 #[cfg(test)]

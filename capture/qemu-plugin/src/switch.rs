@@ -283,6 +283,11 @@ pub fn take_credit() -> (u32, u64) {
     (OWNER.load(Ordering::Acquire), now.wrapping_sub(rebase(now)))
 }
 
+/// The vCPU whose thread the counter's uncredited accesses belong to.
+pub fn owner() -> u32 {
+    OWNER.load(Ordering::Acquire)
+}
+
 /// The only guest thread so far (set when the first vCPU starts).
 pub fn set_owner(vcpu: u32) {
     OWNER.store(vcpu, Ordering::Release);

@@ -449,6 +449,23 @@ fn chain(old: &libc::sigaction, sig: c_int, info: *mut libc::siginfo_t, ctx: *mu
     }
 }
 
+/// Unblocks SIGTRAP on the calling thread. QEMU user mode gives a vCPU's host thread its
+/// guest's signal mask (after a guest `sigprocmask`, and a new thread inherits it), so a
+/// guest that blocks every signal blocks our watchpoints' SIGTRAP too: perf then cannot
+/// deliver it, the register stays armed, and every touch of the word traps into the kernel
+/// (Debian's `xz -T2`, whose worker threads start with all signals blocked, took 259 s
+/// instead of 3.4 s). The guest does not see the difference: a SIGTRAP that is not ours
+/// goes to QEMU's handler, which keeps it pending for the guest while the guest blocks it.
+pub fn unblock_sigtrap() {
+    // SAFETY: plain sigset calls on a local set; pthread_sigmask on the calling thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTRAP);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// Puts `hook` in front of the current SIGTRAP handler (once). Call it after QEMU installed
 /// its handlers (from a callback).
 pub fn install_trap_hook(hook: TrapHook) -> Result<(), String> {
