@@ -92,9 +92,9 @@ pub struct ReuseArgs {
     #[arg(long, value_enum, default_value_t = LiveBackend::Auto)]
     backend: LiveBackend,
     /// A program to measure live: one sample every PERIOD accesses (default adaptive, see
-    /// --period) and the machine's debug registers as watchpoints; no trace is written. Under QEMU (an inline
-    /// access counter) sampling stops when a second thread starts; natively only the main
-    /// thread is sampled.
+    /// --period) and the machine's debug registers as watchpoints; no trace is written. Under
+    /// QEMU every thread is sampled with its own access count and registers (with threads,
+    /// every access is counted in a callback); natively only the main thread is sampled.
     #[arg(trailing_var_arg = true, value_name = "PROGRAM")]
     program: Vec<String>,
 }
