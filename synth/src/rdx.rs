@@ -576,9 +576,10 @@ struct LiveThread {
 }
 
 impl LiveThread {
-    fn new(sampler: Sampler) -> LiveThread {
+    /// A thread sampled as the header (`H`: the configuration and seed) says.
+    fn new((cfg, seed): (RdxConfig, u64)) -> LiveThread {
         LiveThread {
-            sampler,
+            sampler: Sampler::new(cfg, seed),
             timeline: Timeline::default(),
             last: 0,
             end: None,
@@ -687,7 +688,7 @@ pub fn reuse_live(
                 }));
                 let t = threads
                     .entry(thread)
-                    .or_insert_with(|| LiveThread::new(Sampler::new(first.0, first.1)));
+                    .or_insert_with(|| LiveThread::new(*first));
                 t.sampler.sample_placed(ip, addr, now, register, period);
                 t.last = t.last.max(now);
             }
@@ -723,7 +724,7 @@ pub fn reuse_live(
                 };
                 let t = threads
                     .entry(thread)
-                    .or_insert_with(|| LiveThread::new(Sampler::new(first.0, first.1)));
+                    .or_insert_with(|| LiveThread::new(*first));
                 t.end = Some(now);
             }
             // An execve: the run leaves QEMU there if no exit (`E`) follows.
@@ -748,20 +749,9 @@ pub fn reuse_live(
         )));
     };
     if threads.is_empty() {
-        threads.insert(0, LiveThread::new(Sampler::new(first.0, first.1)));
+        threads.insert(0, LiveThread::new(first));
     }
-    let unended = threads.values().filter(|t| t.end.is_none()).count();
-    if unended > 0 {
-        let seen: u64 = threads.values().map(|t| t.end.unwrap_or(t.last)).sum();
-        notes.push(match &exec {
-            Some((at, path)) => format!(
-                "the program replaced itself with {path} (execve) at access {at}: QEMU user mode runs the new program natively, so the histograms cover the accesses before it (to measure that program: mgbench reuse -- {path} ...)"
-            ),
-            None => format!(
-                "the program did not exit normally: the histograms cover its first {seen} accesses"
-            ),
-        });
-    }
+    let unended = threads.values().any(|t| t.end.is_none());
     let mut tracks = Vec::with_capacity(threads.len());
     for (_, mut t) in threads {
         let timeline = &mut t.timeline;
@@ -774,6 +764,16 @@ pub fn reuse_live(
         });
     }
     let accesses: u64 = tracks.iter().map(|t| t.len).sum();
+    if unended {
+        notes.push(match &exec {
+            Some((at, path)) => format!(
+                "the program replaced itself with {path} (execve) at access {at}: QEMU user mode runs the new program natively, so the histograms cover the accesses before it (to measure that program: mgbench reuse -- {path} ...)"
+            ),
+            None => format!(
+                "the program did not exit normally: the histograms cover its first {accesses} accesses"
+            ),
+        });
+    }
     let nthreads = tracks.len();
     if nthreads > 1 {
         notes.push(format!(
@@ -833,20 +833,33 @@ pub fn reuse_live(
 mod tests {
     use super::*;
 
-    fn events(name: &str, text: &str) -> std::path::PathBuf {
+    /// Reads the live run whose events file holds `text` (written under `name`, removed
+    /// after) as the program `command`.
+    fn live(
+        name: &str,
+        text: &str,
+        command: &str,
+        cfg: &ReuseConfig,
+    ) -> Result<ReuseReport, SynthError> {
         let p = std::env::temp_dir().join(format!(
             "mgbench-rdx-events-{}-{name}.txt",
             std::process::id()
         ));
         std::fs::write(&p, text).unwrap();
-        p
+        let r = reuse_live(&p, command, cfg);
+        std::fs::remove_file(&p).ok();
+        r
     }
 
     #[test]
     fn a_live_run_is_read_from_its_events() {
         // Two registers: two uses reused 5 and 20 accesses later, one dropped sample, one
         // use never reused; the program's mapping names the instructions.
-        let p = events(
+        let cfg = ReuseConfig {
+            exact: false,
+            ..ReuseConfig::default()
+        };
+        let r = live(
             "ok",
             "H 10 0.5 2 7\n\
              M 400000-401000 r-xp 00000000 00:00 0 /bin/prog\n\
@@ -857,12 +870,10 @@ mod tests {
              T 1 40\n\
              N a note from the plugin\n\
              E 100\n",
-        );
-        let cfg = ReuseConfig {
-            exact: false,
-            ..ReuseConfig::default()
-        };
-        let r = reuse_live(&p, "/bin/prog --x", &cfg).unwrap();
+            "/bin/prog --x",
+            &cfg,
+        )
+        .unwrap();
         assert!(r.live && r.lines.is_none());
         assert_eq!((r.accesses, r.threads), (100, 1));
         assert_eq!(
@@ -879,7 +890,6 @@ mod tests {
         let reused = r.pairs.iter().find(|p| p.use_ip == "0x400020").unwrap();
         assert_eq!(reused.mean_time, Some(20.0));
         assert!(reused.reuse_ip.is_none());
-        std::fs::remove_file(&p).ok();
     }
 
     #[test]
@@ -887,7 +897,11 @@ mod tests {
         // Two uses reused after 5 accesses at a period of 10, one reused after 5000 at a
         // period of 40: the long reuse stands for 4 uses, so it is 4/6 of the reuses, where
         // counting traps would make it 1/3.
-        let p = events(
+        let cfg = ReuseConfig {
+            exact: false,
+            ..ReuseConfig::default()
+        };
+        let r = live(
             "adaptive",
             "H 10 0.5 1 3 adaptive\n\
              S 0x1 0x1000 10 0 10\n\
@@ -898,13 +912,10 @@ mod tests {
              T 0 5060\n\
              B 12\n\
              E 6000\n",
-        );
-        let cfg = ReuseConfig {
-            exact: false,
-            ..ReuseConfig::default()
-        };
-        let r = reuse_live(&p, "prog", &cfg).unwrap();
-        std::fs::remove_file(&p).ok();
+            "prog",
+            &cfg,
+        )
+        .unwrap();
         assert_eq!(r.config.period, 10, "the first period");
         assert_eq!(
             r.adaptive_period,
@@ -929,12 +940,14 @@ mod tests {
             "{note}"
         );
         // A sample line with a period of 0 is refused.
-        let bad = events(
+        let e = live(
             "adaptive-bad",
             "H 10 0.5 1 3 adaptive\nS 0x1 0x1000 10 0 0\n",
-        );
-        let e = reuse_live(&bad, "prog", &cfg).unwrap_err().to_string();
-        std::fs::remove_file(&bad).ok();
+            "prog",
+            &cfg,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("line 2"), "{e}");
     }
 
@@ -945,12 +958,8 @@ mod tests {
             ..ReuseConfig::default()
         };
         let run = |blocks: u64| {
-            let p = events(
-                &format!("blocks-{blocks}"),
-                &format!("H 10 0.5 1 1\nS 0x1 0x1000 10 0\nT 0 12\nS 0x1 0x1000 20 0\nB {blocks}\nE 30\n"),
-            );
-            let r = reuse_live(&p, "prog", &cfg).unwrap();
-            std::fs::remove_file(&p).ok();
+            let r = live(&format!("blocks-{blocks}"),
+                &format!("H 10 0.5 1 1\nS 0x1 0x1000 10 0\nT 0 12\nS 0x1 0x1000 20 0\nB {blocks}\nE 30\n"), "prog", &cfg).unwrap();
             r.notes
         };
         // Two samples: 1000 blocks are 500 per sample, over the threshold; 200 are 100.
@@ -971,7 +980,11 @@ mod tests {
         // and their own access counts: thread 1's trap at its access 25 is 5 after its use
         // at 20, thread 0's at 5010 is 5000 after its use at 10. One sampler for both would
         // have let thread 1's sample take thread 0's register. Thread 1 exits first.
-        let p = events(
+        let cfg = ReuseConfig {
+            exact: false,
+            ..ReuseConfig::default()
+        };
+        let r = live(
             "threads",
             "H 10 0 1 7\n\
              S 0x400010 0x1000 10 0 10 0\n\
@@ -981,12 +994,10 @@ mod tests {
              T 0 5010 0\n\
              B 0\n\
              E 6000 0\n",
-        );
-        let cfg = ReuseConfig {
-            exact: false,
-            ..ReuseConfig::default()
-        };
-        let r = reuse_live(&p, "/bin/prog", &cfg).unwrap();
+            "/bin/prog",
+            &cfg,
+        )
+        .unwrap();
         assert_eq!((r.accesses, r.threads), (6040, 2));
         let w = &r.words;
         assert_eq!((w.samples, w.traps), (2, 2));
@@ -1000,40 +1011,45 @@ mod tests {
             r.notes
         );
         assert!(!r.notes.iter().any(|n| n.contains("did not exit normally")));
-        std::fs::remove_file(&p).ok();
         // A thread whose end was never logged (the program died): its last event bounds it.
-        let p = events(
+        let r = live(
             "threads-cut",
             "H 10 0 1 7\nS 0x1 0x1000 10 0 10 0\nS 0x1 0x2000 20 0 10 1\nT 0 25 1\nE 50 0\n",
-        );
-        let r = reuse_live(&p, "prog", &cfg).unwrap();
+            "prog",
+            &cfg,
+        )
+        .unwrap();
         assert_eq!((r.accesses, r.threads), (75, 2));
         assert!(r.notes.iter().any(|n| n.contains("did not exit normally")));
-        std::fs::remove_file(&p).ok();
         // A trap of a thread that never sampled is an error, named by its line.
-        let p = events(
+        let e = live(
             "threads-bad",
             "H 10 0 1 7\nS 0x1 0x1000 10 0 10 0\nT 0 25 3\n",
-        );
-        let e = reuse_live(&p, "prog", &cfg).unwrap_err().to_string();
+            "prog",
+            &cfg,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("line 3"), "{e}");
-        std::fs::remove_file(&p).ok();
     }
 
     #[test]
     fn a_live_run_cut_short_or_garbled_is_reported() {
         let cfg = ReuseConfig::default();
         // No end line: the program died; the histograms cover what was logged.
-        let p = events("cut", "H 10 0.5 1 1\nS 0x1 0x1000 10 0\nT 0 12\n");
-        let r = reuse_live(&p, "prog", &cfg).unwrap();
+        let r = live(
+            "cut",
+            "H 10 0.5 1 1\nS 0x1 0x1000 10 0\nT 0 12\n",
+            "prog",
+            &cfg,
+        )
+        .unwrap();
         assert_eq!(r.accesses, 12);
         assert!(r.notes.iter().any(|n| n.contains("did not exit normally")));
-        std::fs::remove_file(&p).ok();
         // An execve that left QEMU (the shell's failed try first): the run ends there.
         let text =
             "H 10 0.5 1 1\nS 0x1 0x1000 10 0\nX 15 0 /nope/true\nT 0 12\nX 20 0 /bin/my prog\n";
-        let p = events("exec", text);
-        let r = reuse_live(&p, "prog", &cfg).unwrap();
+        let r = live("exec", text, "prog", &cfg).unwrap();
         assert_eq!(r.accesses, 20);
         let note = r.notes.iter().find(|n| n.contains("execve")).unwrap();
         assert!(
@@ -1041,27 +1057,25 @@ mod tests {
             "{note}"
         );
         assert!(!r.notes.iter().any(|n| n.contains("did not exit normally")));
-        std::fs::remove_file(&p).ok();
         // A failed execve followed by a normal exit changes nothing.
-        let p = events(
+        let r = live(
             "exec-failed",
             "H 10 0.5 1 1\nS 0x1 0x1000 10 0\nX 11 0 /nope\nT 0 12\nE 30\n",
-        );
-        let r = reuse_live(&p, "prog", &cfg).unwrap();
+            "prog",
+            &cfg,
+        )
+        .unwrap();
         assert_eq!(r.accesses, 30);
         assert!(
             !r.notes.iter().any(|n| n.contains("execve")),
             "{:?}",
             r.notes
         );
-        std::fs::remove_file(&p).ok();
-        let p = events("bad", "H 10 0.5 1 1\nS zz 0x1000 10 0\n");
-        let e = reuse_live(&p, "prog", &cfg).unwrap_err().to_string();
+        let e = live("bad", "H 10 0.5 1 1\nS zz 0x1000 10 0\n", "prog", &cfg)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 2"), "{e}");
-        std::fs::remove_file(&p).ok();
-        let p = events("empty", "");
-        let e = reuse_live(&p, "prog", &cfg).unwrap_err().to_string();
+        let e = live("empty", "", "prog", &cfg).unwrap_err().to_string();
         assert!(e.contains("no live RDX run"), "{e}");
-        std::fs::remove_file(&p).ok();
     }
 }

@@ -327,6 +327,19 @@ fn stack(v: &serde_json::Value, key: &str) -> Vec<f64> {
         .collect()
 }
 
+/// A live run (`live`) counts the accesses a full trace of the same program holds (`exact`,
+/// its trace-driven report), within 1000; `what` names the run in the message.
+fn assert_counts_like_the_trace(live: &serde_json::Value, exact: &serde_json::Value, what: &str) {
+    let (live_n, trace_n) = (
+        live["accesses"].as_f64().unwrap(),
+        exact["accesses"].as_f64().unwrap(),
+    );
+    assert!(
+        (live_n - trace_n).abs() < 1000.0,
+        "{what}: live counts {live_n} accesses, the full trace {trace_n}"
+    );
+}
+
 /// RDX's accuracy S of histogram `got` against `want` (fractions over the same bins).
 fn accuracy_s(want: &[f64], got: &[f64]) -> f64 {
     1.0 - want
@@ -355,14 +368,7 @@ fn live_rdx_measures_a_running_program_like_the_exact_histogram() {
     let v = live_json(&dir, "4096", &args);
     assert_eq!(v["live"], true);
     assert!(v["lines"].is_null(), "no cache lines live");
-    let (live_n, trace_n) = (
-        v["accesses"].as_f64().unwrap(),
-        exact["accesses"].as_f64().unwrap(),
-    );
-    assert!(
-        (live_n - trace_n).abs() < 1000.0,
-        "live counts {live_n} accesses, the full trace {trace_n}"
-    );
+    assert_counts_like_the_trace(&v, &exact, "");
     assert!(
         v["words"]["samples"].as_u64().unwrap() > 300,
         "{}",
@@ -490,14 +496,7 @@ fn live_rdx_follows_every_thread_like_the_trace() {
         let v = live_json(&dir, "2048", &args);
         assert_eq!(v["threads"], exact["threads"], "{sigblock}: {}", v["notes"]);
         assert!(v["threads"].as_u64().unwrap() >= 3, "main and two workers");
-        let (live_n, trace_n) = (
-            v["accesses"].as_f64().unwrap(),
-            exact["accesses"].as_f64().unwrap(),
-        );
-        assert!(
-            (live_n - trace_n).abs() < 1000.0,
-            "{sigblock}: live counts {live_n} accesses, the full trace {trace_n}"
-        );
+        assert_counts_like_the_trace(&v, &exact, sigblock);
         let notes = v["notes"].to_string();
         assert!(notes.contains("threads: each was sampled"), "{notes}");
         let w = &v["words"];

@@ -99,9 +99,7 @@ impl Vcpu {
             traps_in: AtomicUsize::new(0),
         }
     }
-}
 
-impl Vcpu {
     /// The thread's time. Async-signal-safe.
     fn time(&self) -> u64 {
         let left = self.skip_left.load(Ordering::Acquire);
