@@ -3,7 +3,9 @@
 
 use std::time::Instant;
 
-use mgbench_capture::trace::{Access, AccessKind, Chunk, ChunkDecoder, ChunkEncoder, SampleHeader};
+use mgbench_capture::trace::{
+    Access, AccessKind, Chunk, ChunkDecoder, ChunkEncoder, Layout, SampleHeader,
+};
 
 fn gather_like(n: usize) -> Chunk {
     let mut state = 7u64;
@@ -46,9 +48,9 @@ fn main() {
     }
     let chunk = gather_like(1 << 16);
     let n = chunk.accesses.len() as f64;
-    for level in [1, -1, -5] {
+    for level in [None, Some(1), Some(-1), Some(-5)] {
         // Encoders and decoders are reused across chunks, as the trace writer and reader do.
-        let mut enc = ChunkEncoder::new(level);
+        let mut enc = level.map_or_else(ChunkEncoder::uncompressed, ChunkEncoder::new);
         let mut out = Vec::new();
         let mut times = Vec::new();
         for _ in 0..30 {
@@ -69,13 +71,14 @@ fn main() {
         let mut dt = Vec::new();
         for _ in 0..30 {
             let t = Instant::now();
-            dec.decode_into(&out, &mut d).unwrap();
+            dec.decode_into(&out, Layout::Columns, &mut d).unwrap();
             dt.push(t.elapsed().as_secs_f64());
             assert_eq!(d.accesses.len(), chunk.accesses.len());
         }
         dt.sort_by(f64::total_cmp);
+        let name = level.map_or("no zstd".to_string(), |l| format!("zstd level {l:>2}"));
         println!(
-            "zstd level {level:>2}: encode {:6.1} M accesses/s, decode {:6.1} M accesses/s, {:.2} B/access",
+            "{name:>13}: encode {:6.1} M accesses/s, decode {:6.1} M accesses/s, {:.2} B/access",
             n / times[15] / 1e6,
             n / dt[15] / 1e6,
             bytes as f64 / n

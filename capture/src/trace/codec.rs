@@ -1,13 +1,21 @@
-//! Chunk codec: per-access delta encoding with per-instruction stride prediction, then zstd.
+//! Chunk codec: per-access delta encoding with instruction and stride prediction, then zstd.
 //!
-//! Each access becomes an info byte (store bit, log2 size, "same ip as the previous access",
+//! Each access becomes an info byte (store bit, log2 size, how its instruction is known,
 //! "address as predicted", "explicit size follows"), an optional zigzag ip delta and an
-//! optional zigzag address residual. The address is predicted from the last address and
-//! stride of the same instruction (a small direct-mapped table), so strided streams cost one
-//! byte per access and gathers pay only for their randomness. The table starts empty in every
-//! chunk, which keeps chunks independently decodable.
+//! optional zigzag address residual. The instruction is predicted as the one that followed
+//! the previous access's instruction last time (loops repeat their sequence of accesses), the
+//! address from the last address and stride of the same instruction (a small direct-mapped
+//! table), so strided streams in loops cost one byte per access and gathers pay only for their
+//! randomness. The table starts empty in every chunk, which keeps chunks independently
+//! decodable.
+//!
+//! Chunks are written in columns (format 2, frame kind 5): the info bytes, then the ip
+//! deltas, then the address residuals. A loop's info bytes repeat, so zstd matches long runs
+//! of them at once instead of stopping at every residual; this made encoding twice as fast
+//! and traces a fifth smaller than interleaving the three (format 1, frame kind 2, still
+//! read). See capture/README.md.
 
-use super::varint::{put_u64, Cursor};
+use super::varint::{put_i64, put_u64, Cursor};
 use super::{Access, AccessKind, Chunk, SampleHeader};
 
 const STORE: u8 = 1;
@@ -15,11 +23,21 @@ const SIZE_SHIFT: u8 = 1; // bits 1..=3: log2(size) for power-of-two sizes up to
 const SAME_IP: u8 = 1 << 4;
 const PREDICTED: u8 = 1 << 5;
 const EXPLICIT_SIZE: u8 = 1 << 6;
-const KNOWN_BITS: u8 = STORE | (7 << SIZE_SHIFT) | SAME_IP | PREDICTED | EXPLICIT_SIZE;
+/// The instruction that followed the previous access's instruction last time (format 2).
+const NEXT_IP: u8 = 1 << 7;
 
 const TABLE_BITS: u32 = 10;
 /// Largest decompressed chunk accepted (a guard against corrupt length fields).
 pub const MAX_RAW_CHUNK: u64 = 1 << 30;
+
+/// How a chunk's accesses are laid out (the frame kind says which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Format 1: each access's info byte, ip delta and address residual together.
+    Interleaved,
+    /// Format 2: all info bytes, then all ip deltas, then all address residuals.
+    Columns,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
@@ -42,6 +60,8 @@ struct Slot {
     ip: u64,
     last: u64,
     stride: u64,
+    /// The instruction of the access that followed this slot's last one.
+    next: u64,
 }
 
 /// Encoder/decoder state, mirrored on both sides.
@@ -49,6 +69,8 @@ struct Predictor {
     table: Vec<Slot>,
     prev_ip: u64,
     prev_addr: u64,
+    /// The previous access's slot (it holds `prev_ip` once an access was seen).
+    prev_slot: usize,
 }
 
 impl Predictor {
@@ -58,18 +80,27 @@ impl Predictor {
                 Slot {
                     ip: EMPTY,
                     last: 0,
-                    stride: 0
+                    stride: 0,
+                    next: EMPTY,
                 };
                 1 << TABLE_BITS
             ],
             prev_ip: 0,
             prev_addr: 0,
+            prev_slot: 0,
         }
     }
 
     #[inline(always)]
     fn slot(ip: u64) -> usize {
         (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TABLE_BITS)) as usize
+    }
+
+    /// The instruction predicted for this access: the one that followed the previous
+    /// access's instruction last time.
+    #[inline(always)]
+    fn next_ip(&self) -> u64 {
+        self.table[self.prev_slot].next
     }
 
     /// The predicted address for `ip`, and its slot (passed back to `update`).
@@ -87,44 +118,32 @@ impl Predictor {
 
     #[inline(always)]
     fn update(&mut self, slot: usize, ip: u64, addr: u64) {
+        self.table[self.prev_slot].next = ip;
         let s = &mut self.table[slot];
         if s.ip == ip {
             s.stride = addr.wrapping_sub(s.last);
         } else {
             s.ip = ip;
             s.stride = 0;
+            s.next = EMPTY;
         }
         s.last = addr;
         self.prev_ip = ip;
         self.prev_addr = addr;
+        self.prev_slot = slot;
     }
-}
-
-const MAX_VARINT: usize = 10;
-/// Worst case per access: info, explicit size, two varints.
-const MAX_ACCESS_BYTES: usize = 2 + 2 * MAX_VARINT;
-
-/// Writes a zigzag LEB128 value into `out` (at least MAX_VARINT bytes); returns its length.
-#[inline(always)]
-fn write_zigzag(out: &mut [u8], v: i64) -> usize {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    let mut i = 0;
-    while z >= 0x80 {
-        out[i] = (z as u8) | 0x80;
-        z >>= 7;
-        i += 1;
-    }
-    out[i] = z as u8;
-    i + 1
 }
 
 fn size_code(size: u8) -> Option<u8> {
     (size.is_power_of_two() && size <= 128).then(|| size.trailing_zeros() as u8)
 }
 
-/// Encodes chunks, reusing its zstd context and scratch buffer between calls (a fresh zstd
+/// Encodes chunks, reusing its zstd context and scratch buffers between calls (a fresh zstd
 /// context per chunk costs megabytes of table setup and page faults).
 pub struct ChunkEncoder {
+    info: Vec<u8>,
+    ips: Vec<u8>,
+    addrs: Vec<u8>,
     raw: Vec<u8>,
     compressed: Vec<u8>,
     compressor: Option<zstd::bulk::Compressor<'static>>,
@@ -133,13 +152,26 @@ pub struct ChunkEncoder {
 impl ChunkEncoder {
     pub fn new(level: i32) -> ChunkEncoder {
         ChunkEncoder {
-            raw: Vec::new(),
-            compressed: Vec::new(),
             compressor: zstd::bulk::Compressor::new(level).ok(),
+            ..ChunkEncoder::uncompressed()
         }
     }
 
-    /// Encodes one thread's `n` accesses, in `samples`, into `out` (cleared first).
+    /// An encoder that stores its chunks uncompressed (the modelling pass alone: larger
+    /// traces, for measuring what zstd costs and saves).
+    pub fn uncompressed() -> ChunkEncoder {
+        ChunkEncoder {
+            info: Vec::new(),
+            ips: Vec::new(),
+            addrs: Vec::new(),
+            raw: Vec::new(),
+            compressed: Vec::new(),
+            compressor: None,
+        }
+    }
+
+    /// Encodes one thread's `n` accesses, in `samples`, into `out` (cleared first), in the
+    /// [`Layout::Columns`] layout.
     pub fn encode_into<I: IntoIterator<Item = Access>>(
         &mut self,
         thread: u32,
@@ -148,6 +180,43 @@ impl ChunkEncoder {
         n: usize,
         out: &mut Vec<u8>,
     ) {
+        let (info, ips, addrs) = (&mut self.info, &mut self.ips, &mut self.addrs);
+        info.clear();
+        ips.clear();
+        addrs.clear();
+        info.reserve(n);
+        let mut p = Predictor::new();
+        for a in accesses.into_iter().take(n) {
+            let mut byte = if a.kind == AccessKind::Store {
+                STORE
+            } else {
+                0
+            };
+            let code = size_code(a.size);
+            match code {
+                Some(c) => byte |= c << SIZE_SHIFT,
+                None => byte |= EXPLICIT_SIZE,
+            }
+            if a.ip == p.next_ip() {
+                byte |= NEXT_IP;
+            } else if a.ip == p.prev_ip {
+                byte |= SAME_IP;
+            } else {
+                put_i64(ips, a.ip.wrapping_sub(p.prev_ip) as i64);
+            }
+            let (pred, slot) = p.predict(a.ip);
+            if a.addr == pred {
+                byte |= PREDICTED;
+            } else {
+                put_i64(addrs, a.addr.wrapping_sub(pred) as i64);
+            }
+            info.push(byte);
+            if code.is_none() {
+                info.push(a.size);
+            }
+            p.update(slot, a.ip, a.addr);
+        }
+        let (pi, pp, pa) = (info.len(), ips.len(), addrs.len());
         let raw = &mut self.raw;
         raw.clear();
         put_u64(raw, u64::from(thread));
@@ -158,45 +227,12 @@ impl ChunkEncoder {
             put_u64(raw, u64::from(s.len));
         }
         put_u64(raw, n as u64);
-        let mut p = Predictor::new();
-        // Bytes are written by index into a buffer sized for the worst case and truncated at
-        // the end: at tens of millions of accesses per second, per-byte pushes dominate.
-        let mut pos = raw.len();
-        raw.resize(pos + n * MAX_ACCESS_BYTES, 0);
-        for a in accesses.into_iter().take(n) {
-            let mut info = if a.kind == AccessKind::Store {
-                STORE
-            } else {
-                0
-            };
-            let code = size_code(a.size);
-            match code {
-                Some(c) => info |= c << SIZE_SHIFT,
-                None => info |= EXPLICIT_SIZE,
-            }
-            let same_ip = a.ip == p.prev_ip;
-            if same_ip {
-                info |= SAME_IP;
-            }
-            let (pred, slot) = p.predict(a.ip);
-            if a.addr == pred {
-                info |= PREDICTED;
-            }
-            raw[pos] = info;
-            pos += 1;
-            if code.is_none() {
-                raw[pos] = a.size;
-                pos += 1;
-            }
-            if !same_ip {
-                pos += write_zigzag(&mut raw[pos..], a.ip.wrapping_sub(p.prev_ip) as i64);
-            }
-            if a.addr != pred {
-                pos += write_zigzag(&mut raw[pos..], a.addr.wrapping_sub(pred) as i64);
-            }
-            p.update(slot, a.ip, a.addr);
-        }
-        raw.truncate(pos);
+        put_u64(raw, pi as u64);
+        put_u64(raw, pp as u64);
+        put_u64(raw, pa as u64);
+        raw.extend_from_slice(&self.info[..pi]);
+        raw.extend_from_slice(&self.ips[..pp]);
+        raw.extend_from_slice(&self.addrs[..pa]);
         out.clear();
         if let Some(c) = self.compressor.as_mut() {
             // zstd writes its output from the start of the Vec, so compress aside and copy.
@@ -217,7 +253,8 @@ impl ChunkEncoder {
     }
 }
 
-/// Encodes and compresses a chunk into a frame payload (one-off; see [`ChunkEncoder`]).
+/// Encodes and compresses a chunk into a frame payload (one-off; see [`ChunkEncoder`]), in
+/// the [`Layout::Columns`] layout.
 pub fn encode_chunk(chunk: &Chunk, level: i32) -> Vec<u8> {
     let mut out = Vec::new();
     ChunkEncoder::new(level).encode_into(
@@ -250,15 +287,20 @@ impl ChunkDecoder {
         }
     }
 
-    /// Decompresses and decodes a chunk payload.
+    /// Decompresses and decodes a chunk payload written by [`ChunkEncoder`].
     pub fn decode(&mut self, payload: &[u8]) -> Result<Chunk, CodecError> {
         let mut chunk = Chunk::default();
-        self.decode_into(payload, &mut chunk)?;
+        self.decode_into(payload, Layout::Columns, &mut chunk)?;
         Ok(chunk)
     }
 
-    /// Like [`ChunkDecoder::decode`], reusing `chunk`'s vectors.
-    pub fn decode_into(&mut self, payload: &[u8], chunk: &mut Chunk) -> Result<(), CodecError> {
+    /// Like [`ChunkDecoder::decode`] for either layout, reusing `chunk`'s vectors.
+    pub fn decode_into(
+        &mut self,
+        payload: &[u8],
+        layout: Layout,
+        chunk: &mut Chunk,
+    ) -> Result<(), CodecError> {
         let mut c = Cursor::new(payload);
         let raw_len = c.u64().ok_or(CodecError::Malformed(0))?;
         if raw_len == 0 {
@@ -269,7 +311,7 @@ impl ChunkDecoder {
             let raw = c
                 .bytes(n as usize)
                 .ok_or(CodecError::Malformed(c.position()))?;
-            return decode_raw(raw, chunk);
+            return decode_raw(raw, layout, chunk);
         }
         if raw_len > MAX_RAW_CHUNK {
             return Err(CodecError::TooLarge(raw_len));
@@ -292,16 +334,83 @@ impl ChunkDecoder {
                 "{got} bytes instead of {raw_len}"
             )));
         }
-        decode_raw(&self.raw, chunk)
+        decode_raw(&self.raw, layout, chunk)
     }
 }
 
-/// Decompresses and decodes a chunk payload (one-off; see [`ChunkDecoder`]).
+/// Decompresses and decodes a chunk payload written by [`encode_chunk`] (one-off; see
+/// [`ChunkDecoder`]).
 pub fn decode_chunk(payload: &[u8]) -> Result<Chunk, CodecError> {
     ChunkDecoder::new().decode(payload)
 }
 
-fn decode_raw(raw: &[u8], chunk: &mut Chunk) -> Result<(), CodecError> {
+/// Where an access's fields come from: one stream (format 1) or three columns (format 2).
+trait Fields {
+    fn info(&mut self) -> Option<u8>;
+    fn ip(&mut self) -> Option<i64>;
+    fn addr(&mut self) -> Option<i64>;
+    /// Offset in the raw chunk of the next info byte (for error messages).
+    fn position(&self) -> usize;
+    fn is_empty(&self) -> bool;
+}
+
+/// Format 1: the fields of each access follow each other.
+struct Interleaved<'a> {
+    c: Cursor<'a>,
+    base: usize,
+}
+
+impl Fields for Interleaved<'_> {
+    #[inline(always)]
+    fn info(&mut self) -> Option<u8> {
+        self.c.u8()
+    }
+    #[inline(always)]
+    fn ip(&mut self) -> Option<i64> {
+        self.c.i64()
+    }
+    #[inline(always)]
+    fn addr(&mut self) -> Option<i64> {
+        self.c.i64()
+    }
+    fn position(&self) -> usize {
+        self.base + self.c.position()
+    }
+    fn is_empty(&self) -> bool {
+        self.c.is_empty()
+    }
+}
+
+/// Format 2: info bytes (with any explicit sizes), ip deltas and address residuals apart.
+struct Columns<'a> {
+    info: Cursor<'a>,
+    ips: Cursor<'a>,
+    addrs: Cursor<'a>,
+    base: usize,
+}
+
+impl Fields for Columns<'_> {
+    #[inline(always)]
+    fn info(&mut self) -> Option<u8> {
+        self.info.u8()
+    }
+    #[inline(always)]
+    fn ip(&mut self) -> Option<i64> {
+        self.ips.i64()
+    }
+    #[inline(always)]
+    fn addr(&mut self) -> Option<i64> {
+        self.addrs.i64()
+    }
+    fn position(&self) -> usize {
+        self.base + self.info.position()
+    }
+    fn is_empty(&self) -> bool {
+        self.info.is_empty() && self.ips.is_empty() && self.addrs.is_empty()
+    }
+}
+
+fn decode_raw(raw: &[u8], layout: Layout, chunk: &mut Chunk) -> Result<(), CodecError> {
     let mut c = Cursor::new(raw);
     let bad = |c: &Cursor| CodecError::Malformed(c.position());
     let thread = c.u64().ok_or_else(|| bad(&c))?;
@@ -333,36 +442,80 @@ fn decode_raw(raw: &[u8], chunk: &mut Chunk) -> Result<(), CodecError> {
             accesses: n,
         });
     }
+    // Every access takes at least its info byte.
     if n > raw.len() as u64 {
         return Err(bad(&c));
     }
-    chunk.accesses.clear();
-    chunk.accesses.reserve(n as usize);
+    match layout {
+        Layout::Interleaved => {
+            let base = c.position();
+            let fields = Interleaved {
+                c: Cursor::new(&raw[base..]),
+                base,
+            };
+            decode_accesses(n, fields, &mut chunk.accesses)
+        }
+        Layout::Columns => {
+            let mut column = || -> Result<usize, CodecError> {
+                let len = c.u64().ok_or_else(|| bad(&c))?;
+                usize::try_from(len).map_err(|_| bad(&c))
+            };
+            let (info, ips, addrs) = (column()?, column()?, column()?);
+            let base = c.position();
+            let rest = raw.len() - base;
+            let fits = info
+                .checked_add(ips)
+                .and_then(|l| l.checked_add(addrs))
+                .is_some_and(|l| l == rest);
+            if !fits {
+                return Err(CodecError::Malformed(base));
+            }
+            let fields = Columns {
+                info: Cursor::new(&raw[base..base + info]),
+                ips: Cursor::new(&raw[base + info..base + info + ips]),
+                addrs: Cursor::new(&raw[base + info + ips..]),
+                base,
+            };
+            decode_accesses(n, fields, &mut chunk.accesses)
+        }
+    }
+}
+
+fn decode_accesses<F: Fields>(
+    n: u64,
+    mut f: F,
+    accesses: &mut Vec<Access>,
+) -> Result<(), CodecError> {
+    accesses.clear();
+    accesses.reserve(n as usize);
     let mut p = Predictor::new();
     for _ in 0..n {
-        let info = c.u8().ok_or_else(|| bad(&c))?;
-        if info & !KNOWN_BITS != 0 {
-            return Err(bad(&c));
+        let bad = |f: &F| CodecError::Malformed(f.position());
+        let info = f.info().ok_or_else(|| bad(&f))?;
+        if info & (SAME_IP | NEXT_IP) == SAME_IP | NEXT_IP {
+            return Err(bad(&f));
         }
         let size = if info & EXPLICIT_SIZE != 0 {
-            c.u8().ok_or_else(|| bad(&c))?
+            f.info().ok_or_else(|| bad(&f))?
         } else {
             1u8 << ((info >> SIZE_SHIFT) & 7)
         };
-        let ip = if info & SAME_IP != 0 {
+        let ip = if info & NEXT_IP != 0 {
+            p.next_ip()
+        } else if info & SAME_IP != 0 {
             p.prev_ip
         } else {
             p.prev_ip
-                .wrapping_add(c.i64().ok_or_else(|| bad(&c))? as u64)
+                .wrapping_add(f.ip().ok_or_else(|| bad(&f))? as u64)
         };
         let (pred, slot) = p.predict(ip);
         let addr = if info & PREDICTED != 0 {
             pred
         } else {
-            pred.wrapping_add(c.i64().ok_or_else(|| bad(&c))? as u64)
+            pred.wrapping_add(f.addr().ok_or_else(|| bad(&f))? as u64)
         };
         p.update(slot, ip, addr);
-        chunk.accesses.push(Access {
+        accesses.push(Access {
             ip,
             addr,
             size,
@@ -373,8 +526,8 @@ fn decode_raw(raw: &[u8], chunk: &mut Chunk) -> Result<(), CodecError> {
             },
         });
     }
-    if !c.is_empty() {
-        return Err(bad(&c));
+    if !f.is_empty() {
+        return Err(CodecError::Malformed(f.position()));
     }
     Ok(())
 }
@@ -439,6 +592,70 @@ mod tests {
             "{} bytes for 100k strided accesses",
             enc.len()
         );
+    }
+
+    #[test]
+    fn a_strided_loop_costs_one_info_byte_per_access() {
+        // Three instructions in a loop, each with its own stride: after the first two
+        // iterations the instruction is the one that followed the previous one last time and
+        // the address is the stride's, so only info bytes remain.
+        let v: Vec<Access> = (0..30_000u64)
+            .map(|i| Access {
+                ip: [0x401000, 0x401007, 0x400ff0][(i % 3) as usize],
+                addr: 0x1000_0000 * (1 + i % 3) + (i / 3) * [4, 8, 16][(i % 3) as usize],
+                size: 4,
+                kind: AccessKind::Load,
+            })
+            .collect();
+        let c = chunk(v);
+        let mut out = Vec::new();
+        let mut enc = ChunkEncoder::uncompressed();
+        enc.encode_into(3, &c.samples, c.accesses.iter().copied(), 30_000, &mut out);
+        assert!(out.len() < 30_000 + 100, "{} raw bytes", out.len());
+        let mut back = Chunk::default();
+        ChunkDecoder::new()
+            .decode_into(&out, Layout::Columns, &mut back)
+            .unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn columns_that_do_not_fill_the_chunk_are_errors() {
+        let c = chunk(
+            (0..50u64)
+                .map(|i| Access {
+                    ip: 0x400000 + i * 3,
+                    addr: i * i * 1000,
+                    size: 8,
+                    kind: AccessKind::Store,
+                })
+                .collect(),
+        );
+        let mut out = Vec::new();
+        ChunkEncoder::uncompressed().encode_into(
+            3,
+            &c.samples,
+            c.accesses.iter().copied(),
+            50,
+            &mut out,
+        );
+        // Payload: 0 marker, raw length (2 bytes), then thread 3, 1 sample (9, 100, 50), 50
+        // accesses, then the three column lengths. Shift a byte from the ip column to the
+        // info column.
+        assert_eq!(&out[3..9], &[3, 1, 9, 100, 50, 50]);
+        assert_eq!(out[9], 50);
+        let mut bad = out.clone();
+        bad[9] = 51;
+        bad[10] -= 1;
+        let mut d = ChunkDecoder::new();
+        let mut back = Chunk::default();
+        assert!(d.decode_into(&bad, Layout::Columns, &mut back).is_err());
+        // Lengths that overrun the chunk.
+        let mut bad = out.clone();
+        bad[9] = 60;
+        assert!(d.decode_into(&bad, Layout::Columns, &mut back).is_err());
+        d.decode_into(&out, Layout::Columns, &mut back).unwrap();
+        assert_eq!(back, c);
     }
 
     #[test]

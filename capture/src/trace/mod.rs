@@ -21,14 +21,17 @@ mod writer;
 
 use serde::{Deserialize, Serialize};
 
-pub use codec::{decode_chunk, encode_chunk, ChunkDecoder, ChunkEncoder, CodecError};
+pub use codec::{decode_chunk, encode_chunk, ChunkDecoder, ChunkEncoder, CodecError, Layout};
 pub use reader::{read_end_info, Damage, Frame, RawFrame, ReadError, TraceReader};
-pub use writer::TraceWriter;
+pub use writer::{TraceWriter, DEFAULT_LEVEL};
 
 /// File magic, first 8 bytes of every trace.
 pub const MAGIC: &[u8; 8] = b"MGBTRACE";
-/// Format version this code writes; readers accept this version only.
-pub const VERSION: u16 = 1;
+/// Format version this code writes. Version 2 writes chunks in columns (frame kind 5) and
+/// added the "next instruction" info bit; readers still read version 1.
+pub const VERSION: u16 = 2;
+/// Oldest format version readers accept.
+pub const MIN_VERSION: u16 = 1;
 
 /// Load or store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

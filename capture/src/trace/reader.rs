@@ -3,9 +3,11 @@
 
 use std::io::{self, Read};
 
-use super::codec::{ChunkDecoder, CodecError};
-use super::writer::{FRAME_CHUNK, FRAME_END, FRAME_MAGIC, FRAME_MAPPINGS, FRAME_NOTE, MAX_FRAME};
-use super::{Chunk, EndInfo, Mapping, TraceMeta, MAGIC, VERSION};
+use super::codec::{ChunkDecoder, CodecError, Layout};
+use super::writer::{
+    FRAME_CHUNK, FRAME_COLUMNS, FRAME_END, FRAME_MAGIC, FRAME_MAPPINGS, FRAME_NOTE, MAX_FRAME,
+};
+use super::{Chunk, EndInfo, Mapping, TraceMeta, MAGIC, MIN_VERSION, VERSION};
 
 /// One frame of a trace.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,7 +33,7 @@ pub enum ReadError {
     #[error("not an mgbench trace (bad magic): expected a file written by `mgbench capture` or `mgbench import`")]
     NotATrace,
     #[error(
-        "trace format version {found} is not supported (this mgbench reads version {VERSION})"
+        "trace format version {found} is not supported (this mgbench reads versions {MIN_VERSION} to {VERSION}): read it with the mgbench that wrote it, or a newer one"
     )]
     Version { found: u16 },
     #[error("trace header is damaged: {0}")]
@@ -59,10 +61,15 @@ impl RawFrame {
         };
         let payload = &self.payload[..];
         Ok(match self.kind {
-            FRAME_CHUNK => {
+            FRAME_CHUNK | FRAME_COLUMNS => {
+                let layout = if self.kind == FRAME_CHUNK {
+                    Layout::Interleaved
+                } else {
+                    Layout::Columns
+                };
                 let mut c = chunk();
                 decoder
-                    .decode_into(payload, &mut c)
+                    .decode_into(payload, layout, &mut c)
                     .map_err(|e| damage(chunk_reason(&e)))?;
                 Frame::Chunk(c)
             }
@@ -104,7 +111,7 @@ impl<R: Read> TraceReader<R> {
             return Err(ReadError::Header(format!("file ends after {n} bytes")));
         }
         let version = u16::from_le_bytes([head[8], head[9]]);
-        if version != VERSION {
+        if !(MIN_VERSION..=VERSION).contains(&version) {
             return Err(ReadError::Version { found: version });
         }
         let len = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);

@@ -7,9 +7,12 @@ use super::{Access, Chunk, EndInfo, Mapping, SampleHeader, TraceMeta, MAGIC, VER
 
 /// Frame kinds (see capture/README.md).
 pub(crate) const FRAME_MAPPINGS: u8 = 1;
+/// A chunk in format 1's interleaved layout (read, no longer written).
 pub(crate) const FRAME_CHUNK: u8 = 2;
 pub(crate) const FRAME_END: u8 = 3;
 pub(crate) const FRAME_NOTE: u8 = 4;
+/// A chunk in columns (format 2).
+pub(crate) const FRAME_COLUMNS: u8 = 5;
 pub(crate) const FRAME_MAGIC: [u8; 2] = *b"MF";
 /// Largest frame payload accepted by readers.
 pub(crate) const MAX_FRAME: u32 = 256 << 20;
@@ -86,7 +89,7 @@ impl<W: Write> TraceWriter<W> {
         let mut payload = std::mem::take(&mut self.payload);
         self.encoder
             .encode_into(thread, samples, accesses, n, &mut payload);
-        let r = self.frame(FRAME_CHUNK, &payload);
+        let r = self.frame(FRAME_COLUMNS, &payload);
         self.payload = payload;
         r?;
         self.recorded += n as u64;

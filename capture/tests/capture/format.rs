@@ -160,6 +160,106 @@ fn strided_traces_are_compact() {
     assert!(bytes < 4.0, "{bytes:.2} bytes per access");
 }
 
+/// A chunk in format 1's interleaved layout, encoded from capture/README.md's description
+/// (no code of the current encoder): info byte, ip delta, address residual per access, with
+/// the (ip, last, stride) predictor; `compress` stores it with zstd, else raw.
+fn format_1_chunk(c: &Chunk, compress: bool) -> Vec<u8> {
+    fn uleb(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn zigzag(out: &mut Vec<u8>, v: u64) {
+        let v = v as i64;
+        uleb(out, ((v << 1) ^ (v >> 63)) as u64);
+    }
+    let mut raw = Vec::new();
+    uleb(&mut raw, u64::from(c.thread));
+    uleb(&mut raw, c.samples.len() as u64);
+    for s in &c.samples {
+        uleb(&mut raw, s.id);
+        uleb(&mut raw, s.skipped_before);
+        uleb(&mut raw, u64::from(s.len));
+    }
+    uleb(&mut raw, c.accesses.len() as u64);
+    let mut table = vec![(u64::MAX, 0u64, 0u64); 1024];
+    let (mut prev_ip, mut prev_addr) = (0u64, 0u64);
+    for a in &c.accesses {
+        let slot = (a.ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize;
+        let (ip, last, stride) = table[slot];
+        let pred = if ip == a.ip {
+            last.wrapping_add(stride)
+        } else {
+            prev_addr
+        };
+        let mut info = u8::from(a.kind == AccessKind::Store);
+        info |= (a.size.trailing_zeros() as u8) << 1;
+        if a.ip == prev_ip {
+            info |= 1 << 4;
+        }
+        if a.addr == pred {
+            info |= 1 << 5;
+        }
+        raw.push(info);
+        if a.ip != prev_ip {
+            zigzag(&mut raw, a.ip.wrapping_sub(prev_ip));
+        }
+        if a.addr != pred {
+            zigzag(&mut raw, a.addr.wrapping_sub(pred));
+        }
+        table[slot] = if ip == a.ip {
+            (ip, a.addr, a.addr.wrapping_sub(last))
+        } else {
+            (a.ip, a.addr, 0)
+        };
+        prev_ip = a.ip;
+        prev_addr = a.addr;
+    }
+    let mut payload = Vec::new();
+    if compress {
+        uleb(&mut payload, raw.len() as u64);
+        payload.extend(zstd::bulk::compress(&raw, 1).unwrap());
+    } else {
+        uleb(&mut payload, 0);
+        uleb(&mut payload, raw.len() as u64);
+        payload.extend(raw);
+    }
+    payload
+}
+
+#[test]
+fn format_1_traces_still_read() {
+    // A version 1 trace as an older mgbench wrote it: header, then chunk frames of kind 2.
+    let json = serde_json::to_vec(&meta("qemu")).unwrap();
+    let mut bytes = b"MGBTRACE".to_vec();
+    bytes.extend(1u16.to_le_bytes());
+    bytes.extend(0u16.to_le_bytes());
+    bytes.extend((json.len() as u32).to_le_bytes());
+    bytes.extend(crc32fast::hash(&json).to_le_bytes());
+    bytes.extend(&json);
+    let mut c0 = chunk(0, 0, 40);
+    // Every third access a gather: residuals of several bytes between one-byte accesses.
+    let mut state = 5u64;
+    for a in c0.accesses.iter_mut().skip(1).step_by(3) {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+        a.addr = 0x5000_0000 + 8 * (state >> 40);
+    }
+    let c1 = chunk(1, 10, 17);
+    for (c, compress) in [(&c0, true), (&c1, false)] {
+        let payload = format_1_chunk(c, compress);
+        bytes.extend(b"MF");
+        bytes.extend([2u8, 0]);
+        bytes.extend((payload.len() as u32).to_le_bytes());
+        bytes.extend(crc32fast::hash(&payload).to_le_bytes());
+        bytes.extend(payload);
+    }
+    let (frames, damage) = read_all(&bytes);
+    assert_eq!(damage, None);
+    assert_eq!(frames, vec![Frame::Chunk(c0), Frame::Chunk(c1)]);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
