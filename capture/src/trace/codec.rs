@@ -216,7 +216,6 @@ impl ChunkEncoder {
             }
             p.update(slot, a.ip, a.addr);
         }
-        let (pi, pp, pa) = (info.len(), ips.len(), addrs.len());
         let raw = &mut self.raw;
         raw.clear();
         put_u64(raw, u64::from(thread));
@@ -227,12 +226,13 @@ impl ChunkEncoder {
             put_u64(raw, u64::from(s.len));
         }
         put_u64(raw, n as u64);
-        put_u64(raw, pi as u64);
-        put_u64(raw, pp as u64);
-        put_u64(raw, pa as u64);
-        raw.extend_from_slice(&self.info[..pi]);
-        raw.extend_from_slice(&self.ips[..pp]);
-        raw.extend_from_slice(&self.addrs[..pa]);
+        let columns = [&self.info, &self.ips, &self.addrs];
+        for column in columns {
+            put_u64(raw, column.len() as u64);
+        }
+        for column in columns {
+            raw.extend_from_slice(column);
+        }
         out.clear();
         if let Some(c) = self.compressor.as_mut() {
             // zstd writes its output from the start of the Vec, so compress aside and copy.
@@ -344,64 +344,38 @@ pub fn decode_chunk(payload: &[u8]) -> Result<Chunk, CodecError> {
     ChunkDecoder::new().decode(payload)
 }
 
-/// Where an access's fields come from: one stream (format 1) or three columns (format 2).
-trait Fields {
-    fn info(&mut self) -> Option<u8>;
-    fn ip(&mut self) -> Option<i64>;
-    fn addr(&mut self) -> Option<i64>;
-    /// Offset in the raw chunk of the next info byte (for error messages).
-    fn position(&self) -> usize;
-    fn is_empty(&self) -> bool;
-}
-
-/// Format 1: the fields of each access follow each other.
-struct Interleaved<'a> {
-    c: Cursor<'a>,
-    base: usize,
-}
-
-impl Fields for Interleaved<'_> {
-    #[inline(always)]
-    fn info(&mut self) -> Option<u8> {
-        self.c.u8()
-    }
-    #[inline(always)]
-    fn ip(&mut self) -> Option<i64> {
-        self.c.i64()
-    }
-    #[inline(always)]
-    fn addr(&mut self) -> Option<i64> {
-        self.c.i64()
-    }
-    fn position(&self) -> usize {
-        self.base + self.c.position()
-    }
-    fn is_empty(&self) -> bool {
-        self.c.is_empty()
-    }
-}
-
-/// Format 2: info bytes (with any explicit sizes), ip deltas and address residuals apart.
-struct Columns<'a> {
+/// Where an access's fields come from: one stream, the info cursor (format 1, `ONE`), or
+/// three columns (format 2; chosen at compile time, so the decoding loop has no branch).
+struct Fields<'a, const ONE: bool> {
     info: Cursor<'a>,
     ips: Cursor<'a>,
     addrs: Cursor<'a>,
+    /// Offset of the info cursor in the raw chunk.
     base: usize,
 }
 
-impl Fields for Columns<'_> {
+impl<const ONE: bool> Fields<'_, ONE> {
     #[inline(always)]
     fn info(&mut self) -> Option<u8> {
         self.info.u8()
     }
     #[inline(always)]
     fn ip(&mut self) -> Option<i64> {
-        self.ips.i64()
+        if ONE {
+            self.info.i64()
+        } else {
+            self.ips.i64()
+        }
     }
     #[inline(always)]
     fn addr(&mut self) -> Option<i64> {
-        self.addrs.i64()
+        if ONE {
+            self.info.i64()
+        } else {
+            self.addrs.i64()
+        }
     }
+    /// Offset in the raw chunk of the next info byte (for error messages).
     fn position(&self) -> usize {
         self.base + self.info.position()
     }
@@ -449,8 +423,10 @@ fn decode_raw(raw: &[u8], layout: Layout, chunk: &mut Chunk) -> Result<(), Codec
     match layout {
         Layout::Interleaved => {
             let base = c.position();
-            let fields = Interleaved {
-                c: Cursor::new(&raw[base..]),
+            let fields = Fields::<true> {
+                info: Cursor::new(&raw[base..]),
+                ips: Cursor::new(&[]),
+                addrs: Cursor::new(&[]),
                 base,
             };
             decode_accesses(n, fields, &mut chunk.accesses)
@@ -470,7 +446,7 @@ fn decode_raw(raw: &[u8], layout: Layout, chunk: &mut Chunk) -> Result<(), Codec
             if !fits {
                 return Err(CodecError::Malformed(base));
             }
-            let fields = Columns {
+            let fields = Fields::<false> {
                 info: Cursor::new(&raw[base..base + info]),
                 ips: Cursor::new(&raw[base + info..base + info + ips]),
                 addrs: Cursor::new(&raw[base + info + ips..]),
@@ -481,16 +457,16 @@ fn decode_raw(raw: &[u8], layout: Layout, chunk: &mut Chunk) -> Result<(), Codec
     }
 }
 
-fn decode_accesses<F: Fields>(
+fn decode_accesses<const ONE: bool>(
     n: u64,
-    mut f: F,
+    mut f: Fields<'_, ONE>,
     accesses: &mut Vec<Access>,
 ) -> Result<(), CodecError> {
     accesses.clear();
     accesses.reserve(n as usize);
     let mut p = Predictor::new();
     for _ in 0..n {
-        let bad = |f: &F| CodecError::Malformed(f.position());
+        let bad = |f: &Fields<'_, ONE>| CodecError::Malformed(f.position());
         let info = f.info().ok_or_else(|| bad(&f))?;
         if info & (SAME_IP | NEXT_IP) == SAME_IP | NEXT_IP {
             return Err(bad(&f));
