@@ -12,6 +12,7 @@ mkdir -p "$out"
 cc="${CC:-gcc}"
 flags=(-O2 -g -fno-omit-frame-pointer -Wall -Wextra)
 "$cc" "${flags[@]}" -o "$out/spmv" "$here/spmv.c" -pthread
+"$cc" "${flags[@]}" -o "$out/affinity" "$here/affinity.c" -pthread
 "$cc" "${flags[@]}" -o "$out/histogram" "$here/histogram.c"
 "$cc" "${flags[@]}" -o "$out/stencil" "$here/stencil.c"
 "$cc" "${flags[@]}" -o "$out/gups" "$here/gups.c"

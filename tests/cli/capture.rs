@@ -1239,6 +1239,15 @@ fn ptrace_timed_windows_and_attach() {
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let pid = target.id().to_string();
+    let cpus_allowed = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("Cpus_allowed_list:"))
+            .unwrap()
+            .to_string()
+    };
+    let before = cpus_allowed();
     let child = Command::new(env!("CARGO_BIN_EXE_mgbench"))
         .args([
             "capture",
@@ -1267,15 +1276,47 @@ fn ptrace_timed_windows_and_attach() {
         .find(|l| l.starts_with("State:"))
         .unwrap()
         .to_string();
+    // Stepped windows run on mgbench's CPU; the detached process has its own mask back.
+    let after = cpus_allowed();
     let _ = target.kill();
     let _ = target.wait();
     assert!(
         !running.contains("t (tracing stop)") && !running.contains("Z"),
         "after detach: {running}"
     );
+    assert_eq!(before, after);
     let t = read_trace(&dir.join("a.mgbt"));
     assert!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>() > 0);
     assert!(t.end.unwrap().interrupted);
+}
+
+/// The ptrace backend steps threads on its own CPU (4.5x faster steps in a VM), which the
+/// program must not notice: `affinity` watches its threads' CPU masks (a worker started every
+/// 20 ms, some while stepped) and prints how many CPUs it may use, the fewest any thread
+/// was allowed at its best moment, and the same of a child process it forks (not traced).
+#[test]
+fn ptrace_steps_on_its_own_cpu_and_the_program_keeps_its_mask() {
+    let dir = temp_dir("ptrace-affinity");
+    let args = ["--ms=250", "--every=20", "--threads=6"];
+    let native = Command::new(app("affinity")).args(args).output().unwrap();
+    assert!(native.status.success(), "{}", stderr(&native));
+    let want = stdout(&native);
+    assert!(want.starts_with("affinity cpus="), "{want}");
+    let program = app("affinity");
+    for mode in [&["--sample-interval", "5"][..], &["--full"][..]] {
+        let mut cmd = vec!["capture", "--quiet", "--backend", "ptrace"];
+        cmd.extend(mode);
+        cmd.extend(["-o", "a.mgbt", &program]);
+        cmd.extend(args);
+        let o = mgbench(&cmd, &dir);
+        assert!(o.status.success(), "{mode:?}: {}", stderr(&o));
+        // Full mode steps every instruction: its sched_getaffinity calls must still see the
+        // program's own mask. Timed mode: every thread runs natively with its own mask.
+        assert_eq!(stdout(&o), want, "{mode:?}");
+        let t = read_trace(&dir.join("a.mgbt"));
+        let threads: std::collections::BTreeSet<u32> = t.chunks.iter().map(|c| c.thread).collect();
+        assert_eq!(threads.len(), 7, "{mode:?}: threads {threads:?}");
+    }
 }
 
 #[test]

@@ -23,7 +23,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::program::resolve;
-use super::ptrace_sys::{self, XsaveLayout};
+use super::ptrace_sys::{self, CpuMask, Pin, XsaveLayout};
 use super::sys::{SignalGuard, WakeTimer};
 use super::x86::{self, Decoded, Registers};
 use super::{
@@ -125,7 +125,40 @@ struct ThreadState {
     native_since: Instant,
     due: Option<Instant>,
     roi_depth: u64,
+    /// The thread's own CPU mask while it steps on the tracer's CPU (see [`Pin`]).
+    restore: Option<CpuMask>,
+    /// A call being stepped that the pin concerns, finished at the next stop.
+    pinned_call: Option<PinnedCall>,
 }
+
+/// System calls that would let the program see mgbench's pin (see [`Pin`]), made while it
+/// is stepped on the tracer's CPU.
+#[derive(Debug, Clone, Copy)]
+enum PinnedCall {
+    /// `sched_getaffinity` or `sched_setaffinity` about a pinned thread: the program must see
+    /// and set its own mask, not the pin (OpenMP, `nproc` and thread pools size themselves by
+    /// it). After the call a get has the thread's own mask written into its buffer, and a set
+    /// becomes the mask the thread gets back when it runs natively (it stays on the tracer's
+    /// CPU while it steps).
+    Affinity {
+        /// The instruction after the `syscall`: a stop elsewhere (a signal handler) drops it.
+        next_ip: u64,
+        target: Pid,
+        /// The caller's buffer, for a get.
+        get_buf: Option<u64>,
+    },
+    /// `clone`, `fork`, `vfork` or `clone3`: stepped with the thread's own mask, which the
+    /// new thread or process inherits (a process is not traced, a `vfork` child may exec
+    /// before the call returns), and the thread pinned again after it.
+    Clone,
+}
+
+const SYS_CLONE: u64 = 56;
+const SYS_FORK: u64 = 57;
+const SYS_VFORK: u64 = 58;
+const SYS_SCHED_SETAFFINITY: u64 = 203;
+const SYS_SCHED_GETAFFINITY: u64 = 204;
+const SYS_CLONE3: u64 = 435;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Roi {
@@ -155,6 +188,8 @@ struct Tracer {
     incomplete: u64,
     errors: Vec<String>,
     progress: crate::progress::Progress,
+    /// The tracer's CPU, where stepping threads run (`None`: they run anywhere).
+    pin: Option<Pin>,
 }
 
 fn options(attached: bool) -> Options {
@@ -196,8 +231,118 @@ impl Tracer {
                 native_since: Instant::now(),
                 due: None,
                 roi_depth: 0,
+                restore: None,
+                pinned_call: None,
             },
         );
+        self.pin(tid);
+    }
+
+    /// Prepares stepping the instruction at `regs.rip` if it is a call that the pin concerns
+    /// (see [`PinnedCall`]).
+    fn before_pinned_call(&mut self, tid: Pid, regs: &libc::user_regs_struct, d: &Decoded) {
+        if self.pin.is_none() || d.instruction.mnemonic() != iced_x86::Mnemonic::Syscall {
+            return;
+        }
+        let call = match regs.rax {
+            SYS_CLONE | SYS_FORK | SYS_VFORK | SYS_CLONE3 => {
+                let Some(own) = self.threads.get(&tid).and_then(|t| t.restore) else {
+                    return;
+                };
+                own.apply(tid.as_raw());
+                PinnedCall::Clone
+            }
+            SYS_SCHED_GETAFFINITY | SYS_SCHED_SETAFFINITY => {
+                let target = match regs.rdi as i32 {
+                    0 => tid,
+                    t => Pid::from_raw(t),
+                };
+                if self.threads.get(&target).and_then(|t| t.restore).is_none() {
+                    return;
+                }
+                PinnedCall::Affinity {
+                    next_ip: d.instruction.next_ip(),
+                    target,
+                    get_buf: (regs.rax == SYS_SCHED_GETAFFINITY).then_some(regs.rdx),
+                }
+            }
+            _ => return,
+        };
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.pinned_call = Some(call);
+        }
+    }
+
+    /// Finishes a call stepped over (the thread stopped after it, at `regs.rip`).
+    fn after_pinned_call(&mut self, tid: Pid, call: PinnedCall, regs: &libc::user_regs_struct) {
+        let Some(p) = &self.pin else {
+            return;
+        };
+        let (next_ip, target, get_buf) = match call {
+            PinnedCall::Clone => {
+                if self.threads.get(&tid).is_some_and(|t| t.restore.is_some()) {
+                    p.only.apply(tid.as_raw());
+                }
+                return;
+            }
+            PinnedCall::Affinity {
+                next_ip,
+                target,
+                get_buf,
+            } => (next_ip, target, get_buf),
+        };
+        let ret = regs.rax as i64;
+        if regs.rip != next_ip || ret < 0 {
+            return;
+        }
+        let Some(t) = self.threads.get_mut(&target) else {
+            return;
+        };
+        match (get_buf, t.restore) {
+            (Some(buf), Some(own)) => {
+                // The kernel returned how many bytes it wrote.
+                let n = (ret as usize).min(own.bytes().len());
+                ptrace_sys::write_memory(tid, buf, &own.bytes()[..n]);
+            }
+            (None, Some(_)) => {
+                // The mask the kernel just applied is the thread's own from now on.
+                if let Some(new) = CpuMask::of(target.as_raw()) {
+                    t.restore = Some(new);
+                    p.only.apply(target.as_raw());
+                }
+            }
+            (_, None) => {}
+        }
+    }
+
+    /// Moves a thread that is about to be stepped to the tracer's CPU, remembering its mask.
+    /// A thread already there keeps no mask to restore (the program put it there: threads
+    /// and processes are created with their creator's own mask, [`PinnedCall::Clone`]).
+    fn pin(&mut self, tid: Pid) {
+        let (Some(p), Some(t)) = (&self.pin, self.threads.get_mut(&tid)) else {
+            return;
+        };
+        if t.restore.is_some() {
+            return;
+        }
+        if let Some(own) = CpuMask::of(tid.as_raw()) {
+            if own != p.only && p.only.apply(tid.as_raw()) {
+                t.restore = Some(own);
+            }
+        }
+    }
+
+    /// Gives a thread its own mask back before it runs natively, unless the program changed
+    /// it while it stepped.
+    fn unpin(&mut self, tid: Pid) {
+        let (Some(p), Some(t)) = (&self.pin, self.threads.get_mut(&tid)) else {
+            return;
+        };
+        if let Some(own) = t.restore.take() {
+            if CpuMask::of(tid.as_raw()) == Some(p.only) {
+                own.apply(tid.as_raw());
+            }
+        }
     }
 
     fn note_mappings(&mut self, pid: Pid, ip: u64) {
@@ -244,6 +389,13 @@ impl Tracer {
             Ok(r) => r,
             Err(_) => return Ok(()), // the thread is gone
         };
+        if let Some(call) = self
+            .threads
+            .get_mut(&tid)
+            .and_then(|t| t.pinned_call.take())
+        {
+            self.after_pinned_call(tid, call, &regs);
+        }
         let ip = regs.rip;
         self.note_mappings(tid, ip);
         let decoded = match self.cache.get(&ip) {
@@ -313,6 +465,9 @@ impl Tracer {
             let took = t.window_started.elapsed();
             self.go_native(tid, took);
         } else {
+            if let Some(d) = &decoded {
+                self.before_pinned_call(tid, &regs, d);
+            }
             let _ = ptrace::step(tid, None);
         }
         Ok(())
@@ -320,6 +475,7 @@ impl Tracer {
 
     /// Lets a thread run natively until the next window (after max(interval, 3 x took)).
     fn go_native(&mut self, tid: Pid, took: Duration) {
+        self.unpin(tid);
         let pause = self.interval.max(3 * took);
         if let Some(t) = self.threads.get_mut(&tid) {
             t.native = true;
@@ -345,6 +501,7 @@ impl Tracer {
             let id = t.id;
             self.builder.start_sample(id, None, 0);
         }
+        self.pin(tid);
         self.step(tid)
     }
 
@@ -483,6 +640,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             .then(|| (program_path.display().to_string(), image.load_base)),
         incomplete: 0,
         errors: Vec::new(),
+        // After the spawn: the program starts with mgbench's own mask.
+        pin: Pin::tracer(),
     };
     if attached {
         let tids: Vec<Pid> = std::fs::read_dir(format!("/proc/{leader}/task"))
@@ -543,10 +702,12 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         match status {
             WaitStatus::Stopped(tid, sig) if detaching => {
                 let pass = (sig != Signal::SIGTRAP && sig != Signal::SIGSTOP).then_some(sig);
+                tr.unpin(tid);
                 let _ = ptrace::detach(tid, pass);
                 tr.threads.remove(&tid);
             }
             WaitStatus::PtraceEvent(tid, _, _) if detaching => {
+                tr.unpin(tid);
                 let _ = ptrace::detach(tid, None);
                 tr.threads.remove(&tid);
             }

@@ -145,6 +145,23 @@ pub fn read_memory(tid: Pid, addr: u64, buf: &mut [u8]) -> usize {
     got
 }
 
+/// Writes `data` at `addr` of the tracee; false unless all of it was written.
+pub fn write_memory(tid: Pid, addr: u64, data: &[u8]) -> bool {
+    let local = [libc::iovec {
+        iov_base: data.as_ptr().cast_mut().cast(),
+        iov_len: data.len(),
+    }];
+    let remote = [libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: data.len(),
+    }];
+    // SAFETY: the local iovec describes `data`, which the kernel only reads; the remote one
+    // is checked by the kernel against the tracee's mappings.
+    let n =
+        unsafe { libc::process_vm_writev(tid.as_raw(), local.as_ptr(), 1, remote.as_ptr(), 1, 0) };
+    usize::try_from(n).is_ok_and(|n| n == data.len())
+}
+
 /// The yama ptrace restriction level (0 = classic), if the LSM is present.
 pub fn ptrace_scope() -> Option<u32> {
     std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
@@ -152,4 +169,101 @@ pub fn ptrace_scope() -> Option<u32> {
         .trim()
         .parse()
         .ok()
+}
+
+/// A CPU affinity mask.
+#[derive(Clone, Copy)]
+pub struct CpuMask(libc::cpu_set_t);
+
+impl std::fmt::Debug for CpuMask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CpuMask({} CPUs)", self.count())
+    }
+}
+
+impl CpuMask {
+    /// The mask of thread `tid` (0: the calling thread).
+    pub fn of(tid: i32) -> Option<CpuMask> {
+        // SAFETY: cpu_set_t is plain bits; sched_getaffinity writes at most its size.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            (libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0)
+                .then_some(CpuMask(set))
+        }
+    }
+
+    /// Only `cpu`.
+    fn only(cpu: usize) -> CpuMask {
+        // SAFETY: as above; CPU_SET checks the index against the set's size.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            CpuMask(set)
+        }
+    }
+
+    fn count(&self) -> u32 {
+        // SAFETY: reads the set only.
+        unsafe { libc::CPU_COUNT(&self.0) as u32 }
+    }
+
+    /// The mask as the kernel lays it out in memory (what `sched_getaffinity` writes).
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: cpu_set_t is plain bits, alive as long as `self`.
+        unsafe {
+            std::slice::from_raw_parts(
+                std::ptr::from_ref(&self.0).cast::<u8>(),
+                std::mem::size_of::<libc::cpu_set_t>(),
+            )
+        }
+    }
+
+    /// Gives thread `tid` (0: the calling thread) this mask; false if the kernel refused.
+    pub fn apply(&self, tid: i32) -> bool {
+        // SAFETY: reads the set only.
+        unsafe {
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &self.0) == 0
+        }
+    }
+}
+
+impl PartialEq for CpuMask {
+    fn eq(&self, other: &CpuMask) -> bool {
+        // SAFETY: reads both sets only.
+        unsafe { libc::CPU_EQUAL(&self.0, &other.0) }
+    }
+}
+
+/// The tracer's thread pinned to the CPU it runs on, so that the threads it single-steps can
+/// run there too: every step is a stop of the tracee and a wake-up of the tracer, and
+/// between two CPUs each wake-up is an inter-processor interrupt and an idle CPU woken, which
+/// in a VM costs several times the step itself (measured here: 4.5x slower steps). The
+/// tracer's own mask comes back when this is dropped.
+pub struct Pin {
+    pub only: CpuMask,
+    own: CpuMask,
+}
+
+impl Pin {
+    /// Pins the calling thread to its current CPU; `None` where it can run on one CPU only
+    /// (nothing to gain) or the kernel refuses.
+    pub fn tracer() -> Option<Pin> {
+        let own = CpuMask::of(0)?;
+        if own.count() < 2 {
+            return None;
+        }
+        // SAFETY: no arguments.
+        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).ok()?;
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return None;
+        }
+        let only = CpuMask::only(cpu);
+        only.apply(0).then_some(Pin { only, own })
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        self.own.apply(0);
+    }
 }
