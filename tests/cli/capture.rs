@@ -1319,6 +1319,61 @@ fn ptrace_steps_on_its_own_cpu_and_the_program_keeps_its_mask() {
     }
 }
 
+/// Exec and clone stop the thread inside the system call, and stepping on from there stops it
+/// again when the call returns, before the same instruction: recorded at both stops, the
+/// first instruction after `execve` and after `clone` were recorded twice. Two programs in
+/// assembly whose instructions after those calls touch the stack: `push; pop` right at
+/// `_start`, and right after a raw `clone` of a thread (parent and child both run them).
+#[test]
+fn ptrace_full_records_the_instruction_after_exec_and_clone_once() {
+    let dir = temp_dir("ptrace-once");
+    let exec_src = r#"__asm__(".globl _start\n_start:\n push %rax\n pop %rax\n mov $60, %eax\n xor %edi, %edi\n syscall\n");"#;
+    // clone(CLONE_VM | FS | FILES | SIGHAND | THREAD | SYSVSEM, stack); the parent spins a
+    // little, so that the child runs, and ends the process.
+    let clone_src = r#"__asm__(".globl _start\n_start:\n mov $56, %eax\n mov $0x50f00, %edi\n lea stack_top(%rip), %rsi\n xor %edx, %edx\n xor %r10d, %r10d\n xor %r8d, %r8d\n syscall\n push %rax\n pop %rax\n test %rax, %rax\n jz child\n mov $300, %ecx\n1: dec %ecx\n jnz 1b\n mov $231, %eax\n xor %edi, %edi\n syscall\nchild:\n mov $60, %eax\n xor %edi, %edi\n syscall\n.bss\n.align 16\n.space 4096\nstack_top:\n");"#;
+    build_c(&dir, "exec_once", exec_src, &["-nostdlib", "-static"]);
+    build_c(&dir, "clone_once", clone_src, &["-nostdlib", "-static"]);
+    let kinds = |name: &str| -> BTreeMap<u32, Vec<(AccessKind, u64)>> {
+        let o = mgbench(
+            &[
+                "capture",
+                "--quiet",
+                "--backend",
+                "ptrace",
+                "--full",
+                "-o",
+                "t.mgbt",
+                &dir.join(name).display().to_string(),
+            ],
+            &dir,
+        );
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let t = read_trace(&dir.join("t.mgbt"));
+        let mut by_thread: BTreeMap<u32, Vec<(AccessKind, u64)>> = BTreeMap::new();
+        for c in &t.chunks {
+            let v = by_thread.entry(c.thread).or_default();
+            v.extend(c.accesses.iter().map(|a| (a.kind, a.addr)));
+        }
+        by_thread
+    };
+    let push_pop = |v: &[(AccessKind, u64)]| {
+        v.len() == 2
+            && v[0].0 == AccessKind::Store
+            && v[1].0 == AccessKind::Load
+            && v[0].1 == v[1].1
+    };
+    let t = kinds("exec_once");
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert!(push_pop(&t[&0]), "after exec: {t:?}");
+    let t = kinds("clone_once");
+    assert!(push_pop(&t[&0]), "after clone, in the parent: {t:?}");
+    // The child is recorded if it ran before the parent ended the process.
+    assert!(t.len() <= 2, "{t:?}");
+    if let Some(child) = t.get(&1) {
+        assert!(push_pop(child), "after clone, in the child: {t:?}");
+    }
+}
+
 #[test]
 fn auto_backend_says_which_and_why_and_falls_back_on_avx512() {
     if !need_qemu("--backend auto") {

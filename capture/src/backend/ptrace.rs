@@ -473,6 +473,19 @@ impl Tracer {
         Ok(())
     }
 
+    /// Resumes a thread stopped by an event inside a system call (clone, exec). Nothing is
+    /// recorded here: a thread that steps stops again when the call returns, before the
+    /// instruction at the same address, and is recorded there (recording at both stops
+    /// recorded that instruction twice, e.g. a program's first instruction after exec); a
+    /// native thread runs on without a window.
+    fn resume_in_syscall(&mut self, tid: Pid) {
+        if !self.exec_seen || self.threads.get(&tid).is_some_and(|t| t.native) {
+            let _ = ptrace::cont(tid, None);
+        } else {
+            let _ = ptrace::step(tid, None);
+        }
+    }
+
     /// Lets a thread run natively until the next window (after max(interval, 3 x took)).
     fn go_native(&mut self, tid: Pid, took: Duration) {
         self.unpin(tid);
@@ -729,7 +742,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                             tr.add_thread(new);
                         }
                     }
-                    tr.step(tid)?;
+                    tr.resume_in_syscall(tid);
                 } else if ev == Event::PTRACE_EVENT_EXEC as i32 {
                     tr.exec_seen = true;
                     tr.cache.clear();
@@ -740,7 +753,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                         // first window opens after one interval.
                         tr.go_native(tid, Duration::ZERO);
                     } else {
-                        tr.step(tid)?;
+                        tr.resume_in_syscall(tid);
                     }
                 } else if ev == Event::PTRACE_EVENT_EXIT as i32 {
                     let _ = ptrace::cont(tid, None);
