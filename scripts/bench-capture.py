@@ -56,7 +56,9 @@ def trace_info(trace):
     if res.returncode != 0:
         return None
     v = json.loads(res.stdout)
-    return v["accesses"], v["bytes_per_access"], v["sample_ratio"]
+    # A time-sampled (ptrace) trace has no sample ratio: nobody counted between windows.
+    rho = v["sample_ratio"] if v.get("sample_ratio_known", True) else None
+    return v["accesses"], v["bytes_per_access"], rho
 
 
 def main():
@@ -142,7 +144,8 @@ def main():
             line = (f"  {m:15} {t:8.3f} s  {t / native:6.1f}x native  {t / bare:5.2f}x bare  "
                     f"{t / floor:5.2f}x floor")
             acc, bpa, rho = sizes.get(m) or (0, 0.0, 0.0)
-            line += f"  ({acc} accesses, {bpa:.3g} B/access, sample ratio {rho:.1f})"
+            ratio = f"{rho:.1f}" if rho is not None else "unknown (time-sampled)"
+            line += f"  ({acc} accesses, {bpa:.3g} B/access, sample ratio {ratio})"
             checks = []
             if m == "qemu sampled":
                 checks.append(verdict(t / bare, 1.5, "vs bare"))
