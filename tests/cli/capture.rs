@@ -1333,7 +1333,7 @@ fn ptrace_full_records_the_instruction_after_exec_and_clone_once() {
     let clone_src = r#"__asm__(".globl _start\n_start:\n mov $56, %eax\n mov $0x50f00, %edi\n lea stack_top(%rip), %rsi\n xor %edx, %edx\n xor %r10d, %r10d\n xor %r8d, %r8d\n syscall\n push %rax\n pop %rax\n test %rax, %rax\n jz child\n mov $300, %ecx\n1: dec %ecx\n jnz 1b\n mov $231, %eax\n xor %edi, %edi\n syscall\nchild:\n mov $60, %eax\n xor %edi, %edi\n syscall\n.bss\n.align 16\n.space 4096\nstack_top:\n");"#;
     build_c(&dir, "exec_once", exec_src, &["-nostdlib", "-static"]);
     build_c(&dir, "clone_once", clone_src, &["-nostdlib", "-static"]);
-    let kinds = |name: &str| -> BTreeMap<u32, Vec<(AccessKind, u64)>> {
+    let accesses = |name: &str| -> BTreeMap<u32, Vec<(AccessKind, u64)>> {
         let o = mgbench(
             &[
                 "capture",
@@ -1362,10 +1362,10 @@ fn ptrace_full_records_the_instruction_after_exec_and_clone_once() {
             && v[1].0 == AccessKind::Load
             && v[0].1 == v[1].1
     };
-    let t = kinds("exec_once");
+    let t = accesses("exec_once");
     assert_eq!(t.len(), 1, "{t:?}");
     assert!(push_pop(&t[&0]), "after exec: {t:?}");
-    let t = kinds("clone_once");
+    let t = accesses("clone_once");
     assert!(push_pop(&t[&0]), "after clone, in the parent: {t:?}");
     // The child is recorded if it ran before the parent ended the process.
     assert!(t.len() <= 2, "{t:?}");

@@ -153,13 +153,6 @@ enum PinnedCall {
     Clone,
 }
 
-const SYS_CLONE: u64 = 56;
-const SYS_FORK: u64 = 57;
-const SYS_VFORK: u64 = 58;
-const SYS_SCHED_SETAFFINITY: u64 = 203;
-const SYS_SCHED_GETAFFINITY: u64 = 204;
-const SYS_CLONE3: u64 = 435;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Roi {
     None,
@@ -244,15 +237,15 @@ impl Tracer {
         if self.pin.is_none() || d.instruction.mnemonic() != iced_x86::Mnemonic::Syscall {
             return;
         }
-        let call = match regs.rax {
-            SYS_CLONE | SYS_FORK | SYS_VFORK | SYS_CLONE3 => {
+        let call = match regs.rax as libc::c_long {
+            libc::SYS_clone | libc::SYS_fork | libc::SYS_vfork | libc::SYS_clone3 => {
                 let Some(own) = self.threads.get(&tid).and_then(|t| t.restore) else {
                     return;
                 };
                 own.apply(tid.as_raw());
                 PinnedCall::Clone
             }
-            SYS_SCHED_GETAFFINITY | SYS_SCHED_SETAFFINITY => {
+            libc::SYS_sched_getaffinity | libc::SYS_sched_setaffinity => {
                 let target = match regs.rdi as i32 {
                     0 => tid,
                     t => Pid::from_raw(t),
@@ -263,7 +256,8 @@ impl Tracer {
                 PinnedCall::Affinity {
                     next_ip: d.instruction.next_ip(),
                     target,
-                    get_buf: (regs.rax == SYS_SCHED_GETAFFINITY).then_some(regs.rdx),
+                    get_buf: (regs.rax as libc::c_long == libc::SYS_sched_getaffinity)
+                        .then_some(regs.rdx),
                 }
             }
             _ => return,
@@ -278,18 +272,17 @@ impl Tracer {
         let Some(p) = &self.pin else {
             return;
         };
-        let (next_ip, target, get_buf) = match call {
-            PinnedCall::Clone => {
-                if self.threads.get(&tid).is_some_and(|t| t.restore.is_some()) {
-                    p.only.apply(tid.as_raw());
-                }
-                return;
+        let PinnedCall::Affinity {
+            next_ip,
+            target,
+            get_buf,
+        } = call
+        else {
+            // A clone: the thread steps on the tracer's CPU again.
+            if self.threads.get(&tid).is_some_and(|t| t.restore.is_some()) {
+                p.only.apply(tid.as_raw());
             }
-            PinnedCall::Affinity {
-                next_ip,
-                target,
-                get_buf,
-            } => (next_ip, target, get_buf),
+            return;
         };
         let ret = regs.rax as i64;
         if regs.rip != next_ip || ret < 0 {

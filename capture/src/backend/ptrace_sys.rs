@@ -114,18 +114,22 @@ pub fn xstate(tid: Pid, size: usize) -> Vec<u8> {
     buf
 }
 
+/// One local and one remote iovec of `len` bytes, for `process_vm_readv`/`writev`.
+fn iovecs(local: *mut u8, remote: u64, len: usize) -> ([libc::iovec; 1], [libc::iovec; 1]) {
+    let io = |base: *mut libc::c_void| {
+        [libc::iovec {
+            iov_base: base,
+            iov_len: len,
+        }]
+    };
+    (io(local.cast()), io(remote as *mut libc::c_void))
+}
+
 /// Reads up to `buf.len()` bytes at `addr` of the tracee; returns how many were read.
 pub fn read_memory(tid: Pid, addr: u64, buf: &mut [u8]) -> usize {
-    let local = [libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    }];
-    let remote = [libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: buf.len(),
-    }];
-    // SAFETY: the local iovec describes `buf`; the remote one is only read by the kernel,
-    // which checks the tracee's mappings.
+    let (local, remote) = iovecs(buf.as_mut_ptr(), addr, buf.len());
+    // SAFETY: the local iovec describes `buf`, which the kernel fills; the remote one is
+    // checked by the kernel against the tracee's mappings.
     let n =
         unsafe { libc::process_vm_readv(tid.as_raw(), local.as_ptr(), 1, remote.as_ptr(), 1, 0) };
     if n > 0 {
@@ -147,14 +151,7 @@ pub fn read_memory(tid: Pid, addr: u64, buf: &mut [u8]) -> usize {
 
 /// Writes `data` at `addr` of the tracee; false unless all of it was written.
 pub fn write_memory(tid: Pid, addr: u64, data: &[u8]) -> bool {
-    let local = [libc::iovec {
-        iov_base: data.as_ptr().cast_mut().cast(),
-        iov_len: data.len(),
-    }];
-    let remote = [libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: data.len(),
-    }];
+    let (local, remote) = iovecs(data.as_ptr().cast_mut(), addr, data.len());
     // SAFETY: the local iovec describes `data`, which the kernel only reads; the remote one
     // is checked by the kernel against the tracee's mappings.
     let n =
