@@ -39,6 +39,35 @@ fn gather_like(n: usize) -> Chunk {
     }
 }
 
+/// A triad-like loop: two loads and a store per element, each stream 8 bytes apart.
+fn stream_like(n: usize) -> Chunk {
+    let accesses: Vec<Access> = (0..n as u64)
+        .map(|i| {
+            let (j, k) = (i / 3, i % 3);
+            Access {
+                ip: 0x401200 + 4 * k,
+                addr: 0x1000_0000 * (k + 1) + 8 * j,
+                size: 8,
+                kind: if k == 2 {
+                    AccessKind::Store
+                } else {
+                    AccessKind::Load
+                },
+            }
+        })
+        .collect();
+    let len = accesses.len() as u32;
+    Chunk {
+        thread: 0,
+        samples: vec![SampleHeader {
+            id: 0,
+            skipped_before: 0,
+            len,
+        }],
+        accesses,
+    }
+}
+
 fn main() {
     // `cargo test --all-targets` runs bench targets too (without `--bench`): a benchmark is
     // not a test, so it only runs under `cargo bench`.
@@ -46,7 +75,16 @@ fn main() {
         eprintln!("{}: a benchmark; run it with cargo bench", file!());
         return;
     }
-    let chunk = gather_like(1 << 16);
+    for (what, chunk) in [
+        ("gather", gather_like(1 << 16)),
+        ("stream", stream_like(1 << 16)),
+    ] {
+        println!("{what}:");
+        bench(&chunk);
+    }
+}
+
+fn bench(chunk: &Chunk) {
     let n = chunk.accesses.len() as f64;
     for level in [None, Some(1), Some(-1), Some(-5)] {
         // Encoders and decoders are reused across chunks, as the trace writer and reader do.

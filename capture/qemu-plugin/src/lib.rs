@@ -248,6 +248,9 @@ impl Vcpu {
                 _pad: 0,
             })
         };
+        // The slot's lines were last read by an encoder on another core: owning them well
+        // ahead takes that transfer off this thread's path (a third faster full capture).
+        sys::prefetch_write(s.accesses.wrapping_add(self.len as usize + WRITE_AHEAD));
         self.len += 1;
         // Published after the access is written: mgbench reads `len` if QEMU dies.
         s.header.len.store(self.len, Ordering::Release);
@@ -389,6 +392,13 @@ struct Plugin {
 static PLUGIN: OnceLock<Plugin> = OnceLock::new();
 
 static VCPUS: [AtomicPtr<Vcpu>; MAX_VCPUS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_VCPUS];
+
+/// How far ahead of the record being written the recorder owns the slot's lines (records;
+/// 3 KB: 64 measured 3% slower on a full gather capture, 256 the same).
+const WRITE_AHEAD: usize = 128;
+/// How far ahead of the record being encoded an encoder reads the slot (records; 48 and 192
+/// measured the same or slower).
+const READ_AHEAD: usize = 96;
 
 fn plugin() -> &'static Plugin {
     // Callbacks are only registered after PLUGIN is set in qemu_plugin_install.
@@ -897,7 +907,12 @@ fn encoder_loop(rx: std::sync::Arc<Mutex<Receiver<u32>>>, level: i32) {
                 skipped_before: r.skipped_before,
                 len: r.len,
             }));
-            let decoded = accesses.iter().map(|r| {
+            let decoded = accesses.iter().enumerate().map(|(i, r)| {
+                // The slot was written on the vCPU's core: without this, reading it was 60%
+                // of an encoder's time (one 24-byte record in 2.7 per line, so every other).
+                if i % 2 == 0 {
+                    sys::prefetch_read(accesses.as_ptr().wrapping_add(i + READ_AHEAD));
+                }
                 let (size, kind) = decode(r.info);
                 Access {
                     ip: r.ip,

@@ -15,7 +15,7 @@
 //! and traces a fifth smaller than interleaving the three (format 1, frame kind 2, still
 //! read). See capture/README.md.
 
-use super::varint::{put_i64, put_u64, Cursor};
+use super::varint::{put_u64, Cursor};
 use super::{Access, AccessKind, Chunk, SampleHeader};
 
 const STORE: u8 = 1;
@@ -66,7 +66,7 @@ struct Slot {
 
 /// Encoder/decoder state, mirrored on both sides.
 struct Predictor {
-    table: Vec<Slot>,
+    table: Box<[Slot; 1 << TABLE_BITS]>,
     prev_ip: u64,
     prev_addr: u64,
     /// The previous access's slot (it holds `prev_ip` once an access was seen).
@@ -76,15 +76,14 @@ struct Predictor {
 impl Predictor {
     fn new() -> Predictor {
         Predictor {
-            table: vec![
-                Slot {
+            table: Box::new(
+                [Slot {
                     ip: EMPTY,
                     last: 0,
                     stride: 0,
                     next: EMPTY,
-                };
-                1 << TABLE_BITS
-            ],
+                }; 1 << TABLE_BITS],
+            ),
             prev_ip: 0,
             prev_addr: 0,
             prev_slot: 0,
@@ -134,9 +133,17 @@ impl Predictor {
     }
 }
 
-fn size_code(size: u8) -> Option<u8> {
-    (size.is_power_of_two() && size <= 128).then(|| size.trailing_zeros() as u8)
-}
+/// The info byte's size bits for each access size: log2 for powers of two (all of them fit
+/// in a u8), else "explicit size follows".
+const SIZE_BITS: [u8; 256] = {
+    let mut t = [EXPLICIT_SIZE; 256];
+    let mut log = 0;
+    while log < 8 {
+        t[1 << log] = (log as u8) << SIZE_SHIFT;
+        log += 1;
+    }
+    t
+};
 
 /// Encodes chunks, reusing its zstd context and scratch buffers between calls (a fresh zstd
 /// context per chunk costs megabytes of table setup and page faults).
@@ -180,39 +187,40 @@ impl ChunkEncoder {
         n: usize,
         out: &mut Vec<u8>,
     ) {
-        let (info, ips, addrs) = (&mut self.info, &mut self.ips, &mut self.addrs);
-        info.clear();
-        ips.clear();
-        addrs.clear();
-        info.reserve(n);
+        // The columns are written at positions into buffers long enough for any chunk of `n`
+        // accesses (an info byte and a size byte, ten bytes per varint), whose zero-filled
+        // length only grows: a hot loop of plain stores, no capacity checks per byte.
+        grow(&mut self.info, 2 * n);
+        grow(&mut self.ips, VARINT_MAX * n);
+        grow(&mut self.addrs, VARINT_MAX * n);
+        let (info, ips, addrs) = (
+            &mut self.info[..2 * n],
+            &mut self.ips[..VARINT_MAX * n],
+            &mut self.addrs[..VARINT_MAX * n],
+        );
+        let (mut n_info, mut n_ips, mut n_addrs) = (0, 0, 0);
         let mut p = Predictor::new();
         for a in accesses.into_iter().take(n) {
-            let mut byte = if a.kind == AccessKind::Store {
-                STORE
-            } else {
-                0
-            };
-            let code = size_code(a.size);
-            match code {
-                Some(c) => byte |= c << SIZE_SHIFT,
-                None => byte |= EXPLICIT_SIZE,
-            }
+            let size_bits = SIZE_BITS[usize::from(a.size)];
+            let mut byte = u8::from(a.kind == AccessKind::Store) | size_bits;
             if a.ip == p.next_ip() {
                 byte |= NEXT_IP;
             } else if a.ip == p.prev_ip {
                 byte |= SAME_IP;
             } else {
-                put_i64(ips, a.ip.wrapping_sub(p.prev_ip) as i64);
+                n_ips = put_zigzag(ips, n_ips, a.ip.wrapping_sub(p.prev_ip));
             }
             let (pred, slot) = p.predict(a.ip);
             if a.addr == pred {
                 byte |= PREDICTED;
             } else {
-                put_i64(addrs, a.addr.wrapping_sub(pred) as i64);
+                n_addrs = put_zigzag(addrs, n_addrs, a.addr.wrapping_sub(pred));
             }
-            info.push(byte);
-            if code.is_none() {
-                info.push(a.size);
+            info[n_info] = byte;
+            n_info += 1;
+            if size_bits == EXPLICIT_SIZE {
+                info[n_info] = a.size;
+                n_info += 1;
             }
             p.update(slot, a.ip, a.addr);
         }
@@ -226,7 +234,11 @@ impl ChunkEncoder {
             put_u64(raw, u64::from(s.len));
         }
         put_u64(raw, n as u64);
-        let columns = [&self.info, &self.ips, &self.addrs];
+        let columns = [
+            &self.info[..n_info],
+            &self.ips[..n_ips],
+            &self.addrs[..n_addrs],
+        ];
         for column in columns {
             put_u64(raw, column.len() as u64);
         }
@@ -251,6 +263,31 @@ impl ChunkEncoder {
         put_u64(out, raw.len() as u64);
         out.extend_from_slice(raw);
     }
+}
+
+/// Longest LEB128 encoding of a u64.
+const VARINT_MAX: usize = 10;
+
+/// Makes `buf` at least `len` bytes long (zero-filled once; encoders reuse their buffers).
+fn grow(buf: &mut Vec<u8>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+}
+
+/// Writes `delta` (a wrapping difference read as signed) zigzag-encoded as LEB128 at `pos`
+/// of `buf`, which has room for [`VARINT_MAX`] bytes there; returns the position after it.
+#[inline(always)]
+fn put_zigzag(buf: &mut [u8], mut pos: usize, delta: u64) -> usize {
+    let v = delta as i64;
+    let mut u = ((v << 1) ^ (v >> 63)) as u64;
+    while u >= 0x80 {
+        buf[pos] = (u as u8) | 0x80;
+        u >>= 7;
+        pos += 1;
+    }
+    buf[pos] = u as u8;
+    pos + 1
 }
 
 /// Encodes and compresses a chunk into a frame payload (one-off; see [`ChunkEncoder`]), in
@@ -550,6 +587,58 @@ mod tests {
         let c = chunk(v);
         let enc = encode_chunk(&c, 1);
         assert_eq!(decode_chunk(&enc).unwrap(), c);
+    }
+
+    #[test]
+    fn longest_encodings_fill_the_columns_and_reused_encoders_keep_nothing() {
+        // Every access as long as it can be: an explicit size byte, and an ip delta and an
+        // address residual of ten bytes each (jumps across the whole 64-bit range).
+        let mut state = 1u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            state
+        };
+        let worst: Vec<Access> = (0..4096u64)
+            .map(|_| Access {
+                ip: next(),
+                addr: next(),
+                size: 3,
+                kind: AccessKind::Store,
+            })
+            .collect();
+        let small = chunk(vec![Access {
+            ip: 0x401000,
+            addr: 0x7000_0000,
+            size: 8,
+            kind: AccessKind::Load,
+        }]);
+        let big = chunk(worst);
+        let mut enc = ChunkEncoder::uncompressed();
+        let mut out = Vec::new();
+        enc.encode_into(
+            big.thread,
+            &big.samples,
+            big.accesses.iter().copied(),
+            big.accesses.len(),
+            &mut out,
+        );
+        // Stored raw: about 2 + 10 + 10 bytes per access (a random 64-bit delta takes nine or
+        // ten bytes, mostly ten).
+        assert!(out.len() > 20 * big.accesses.len(), "{} bytes", out.len());
+        assert_eq!(decode_chunk(&out).unwrap(), big);
+        // The same encoder, a small chunk after the large one: its columns hold only its own
+        // bytes, not what the large chunk left in the buffers.
+        enc.encode_into(
+            small.thread,
+            &small.samples,
+            small.accesses.iter().copied(),
+            small.accesses.len(),
+            &mut out,
+        );
+        assert!(out.len() < 64, "{} bytes", out.len());
+        assert_eq!(decode_chunk(&out).unwrap(), small);
     }
 
     #[test]
