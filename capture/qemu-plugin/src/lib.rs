@@ -47,8 +47,10 @@ use sys::*;
 #[no_mangle]
 pub static qemu_plugin_version: c_int = 1;
 
-/// Chunks in flight to the encoders before vCPU threads wait (bounds memory).
-const QUEUE: usize = 4;
+/// Chunks in flight to the encoders before vCPU threads wait (bounds memory: 1.5 MB each).
+/// 16 rather than 4 keeps the encoders busier through the vCPU's bursts: a full gather
+/// capture used 174% of the 2 CPUs instead of 167% and ran 3% faster.
+const QUEUE: usize = 16;
 /// Most encoder threads: chunks are encoded in parallel (each is self-contained), up to the
 /// machine's cores.
 const MAX_ENCODERS: usize = 8;
