@@ -1288,6 +1288,141 @@ fn ptrace_timed_windows_and_attach() {
     let t = read_trace(&dir.join("a.mgbt"));
     assert!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>() > 0);
     assert!(t.end.unwrap().interrupted);
+
+    // A threaded program, its main thread stepped while blocked in `pthread_join`: after the
+    // detach it runs to its own end with the native result (a step's SIGTRAP still queued at
+    // the detach used to kill it).
+    let args = ["--rows=65536", "--iters=20000", "--threads=2"];
+    let checksum = |out: &[u8]| {
+        let out = String::from_utf8_lossy(out).into_owned();
+        out.split_whitespace()
+            .find(|w| w.starts_with("checksum="))
+            .map(str::to_string)
+            .unwrap_or(out)
+    };
+    let native = Command::new(app("spmv")).args(args).output().unwrap();
+    assert!(native.status.success(), "{}", stderr(&native));
+    for mode in [&[][..], &["--full"][..]] {
+        let target = Command::new(app("spmv"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let pid = target.id().to_string();
+        let mut cmd = vec!["capture", "--quiet", "--backend", "ptrace"];
+        cmd.extend(mode);
+        cmd.extend(["--pid", &pid, "-o", "b.mgbt"]);
+        let child = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+            .args(&cmd)
+            .current_dir(&dir)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        let _ = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{mode:?}: {}", stderr(&o));
+        let out = target.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{mode:?}: the program died: {:?}",
+            out.status
+        );
+        assert_eq!(checksum(&out.stdout), checksum(&native.stdout), "{mode:?}");
+    }
+}
+
+/// The process whose parent is `parent`, if one is (the program mgbench launched).
+fn child_of(parent: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        // pid (comm) state ppid ...: the name may hold spaces, so read after its ')'.
+        let ppid: u32 = stat[stat.rfind(')')? + 2..]
+            .split(' ')
+            .nth(1)?
+            .parse()
+            .ok()?;
+        (ppid == parent).then_some(pid)
+    })
+}
+
+/// The ptrace backend writes its trace itself, so what it recorded must reach the file
+/// before anything stops it: a `kill -9` of mgbench leaves a readable trace of all but the
+/// last second (and the program dies with mgbench), and a full disk stops recording, keeps
+/// what was written and lets the program run on to its own end.
+#[test]
+fn ptrace_keeps_what_it_recorded_when_killed_or_out_of_disk() {
+    let dir = temp_dir("ptrace-kept");
+    let trace = dir.join("k.mgbt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+        .args(["capture", "--quiet", "--backend", "ptrace", "--full", "-o"])
+        .arg(&trace)
+        .args([&app("spmv"), "--rows=65536", "--iters=1000000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The header is written at once, then what is recorded every second.
+    let size = || std::fs::metadata(&trace).map_or(0, |m| m.len());
+    let t0 = std::time::Instant::now();
+    while size() == 0 && t0.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let header = size();
+    assert!(header > 0, "no header after 30 s");
+    let program = child_of(child.id()).expect("the program runs under mgbench");
+    while size() == header && t0.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(size() > header, "nothing recorded reached the file in 30 s");
+    child.kill().unwrap(); // SIGKILL: mgbench cannot finalise anything.
+    child.wait().unwrap();
+    let t1 = std::time::Instant::now();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{program}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z "))
+    };
+    while alive() && t1.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!alive(), "the program outlived mgbench");
+    let t = read_trace(&trace);
+    assert!(t.end.is_none());
+    assert!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>() > 1000);
+    let o = mgbench(&["trace", "info", "k.mgbt"], &dir);
+    assert!(stdout(&o).contains("no end frame"), "{}", stdout(&o));
+
+    // A file-size limit fails writes the way a full disk does (see the QEMU test).
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 24; exec {} capture --backend ptrace --full -o f.mgbt {} --rows=4096 --iters=1",
+        env!("CARGO_BIN_EXE_mgbench"),
+        app("spmv")
+    );
+    let o = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "the program itself succeeds: {e}");
+    assert!(
+        stdout(&o).contains("checksum="),
+        "the program ran to its end: {}",
+        stdout(&o)
+    );
+    assert!(
+        e.contains("cannot write trace") && e.contains("recording stopped"),
+        "{e}"
+    );
+    let t = read_trace(&dir.join("f.mgbt"));
+    assert!(
+        t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>() > 1000,
+        "what was written before the disk filled is readable"
+    );
 }
 
 /// The ptrace backend steps threads on its own CPU (4.5x faster steps in a VM), which the

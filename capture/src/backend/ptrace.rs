@@ -111,6 +111,10 @@ impl Registers for Snapshot<'_> {
 
 /// The longest the tracer waits without looking at its signals and deadlines.
 const WAKE_TICK: Duration = Duration::from_millis(50);
+/// How often what is recorded goes to the trace file: a `kill -9` of mgbench loses at most
+/// this much recording (the tracer itself writes the trace, unlike QEMU's plugin, whose
+/// buffers mgbench can drain after it dies).
+const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 struct ThreadState {
@@ -129,6 +133,8 @@ struct ThreadState {
     restore: Option<CpuMask>,
     /// A call being stepped that the pin concerns, finished at the next stop.
     pinned_call: Option<PinnedCall>,
+    /// Resumed once while detaching, to take a queued SIGTRAP (see [`Tracer::detach`]).
+    drained: bool,
 }
 
 /// System calls that would let the program see mgbench's pin (see [`Pin`]), made while it
@@ -183,6 +189,10 @@ struct Tracer {
     progress: crate::progress::Progress,
     /// The tracer's CPU, where stepping threads run (`None`: they run anywhere).
     pin: Option<Pin>,
+    /// When the trace file last got everything recorded (see [`SYNC_EVERY`]).
+    synced: Instant,
+    /// Writing the trace failed: nothing more is recorded, the threads are detached.
+    failed: bool,
 }
 
 fn options(attached: bool) -> Options {
@@ -226,6 +236,7 @@ impl Tracer {
                 roi_depth: 0,
                 restore: None,
                 pinned_call: None,
+                drained: false,
             },
         );
         self.pin(tid);
@@ -511,6 +522,55 @@ impl Tracer {
         self.step(tid)
     }
 
+    /// Writes everything recorded to the trace file.
+    fn sync(&mut self) -> Result<(), CaptureError> {
+        self.synced = Instant::now();
+        self.builder
+            .write_open(&mut self.writer)
+            .map_err(|e| CaptureError::Invalid(e.to_string()))?;
+        self.writer
+            .flush()
+            .map_err(|e| CaptureError::Invalid(format!("cannot write trace: {e}")))
+    }
+
+    /// Recording failed (`e`, usually the trace file's disk): keeps what was written,
+    /// detaches `stopped` (the thread whose stop is being handled) at once and every other
+    /// thread at its next stop, so that the program runs on untraced to its own end.
+    fn stop_recording(&mut self, e: CaptureError, stopped: Option<Pid>) {
+        self.errors.push(format!(
+            "{e}; recording stopped, the program ran on untraced"
+        ));
+        self.failed = true;
+        for tid in self.threads.keys() {
+            if Some(*tid) != stopped {
+                let _ = ptrace::interrupt(*tid);
+            }
+        }
+        if let Some(tid) = stopped {
+            self.detach(tid, None);
+        }
+    }
+
+    /// Detaches a stopped thread (passing it `pass`), with its own CPU mask. A stepped thread
+    /// can have its step's SIGTRAP still queued behind the stop: an interrupt's stop is
+    /// reported before the thread reads its signal queue, and a system call interrupted while
+    /// stepped queues one as it returns. Detached with it, the untraced program would die of
+    /// it (a blocked `pthread_join` did, in every Ctrl-C detach from a threaded program).
+    /// Such a thread is resumed once, not stepped, to stop at that SIGTRAP, and detached
+    /// there without it.
+    fn detach(&mut self, tid: Pid, pass: Option<Signal>) {
+        self.unpin(tid);
+        if let Some(t) = self.threads.get_mut(&tid) {
+            if !t.drained && ptrace_sys::sigtrap_queued(tid) {
+                t.drained = true;
+                let _ = ptrace::cont(tid, pass);
+                return;
+            }
+        }
+        let _ = ptrace::detach(tid, pass);
+        self.threads.remove(&tid);
+    }
+
     /// Interrupts the native threads whose pause is over; each begins a window when it stops.
     fn interrupt_due(&mut self) {
         let now = Instant::now();
@@ -587,8 +647,10 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             .collect(),
     };
     let file = File::create(output).map_err(out_err)?;
-    let writer =
+    let mut writer =
         TraceWriter::create(BufWriter::with_capacity(1 << 20, file), &meta).map_err(out_err)?;
+    // A trace from the start: readable even if mgbench is killed before the first sync.
+    writer.flush().map_err(out_err)?;
 
     let guard = SignalGuard::install();
     let start = Instant::now();
@@ -648,6 +710,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         errors: Vec::new(),
         // After the spawn: the program starts with mgbench's own mask.
         pin: Pin::tracer(),
+        synced: Instant::now(),
+        failed: false,
     };
     if attached {
         let tids: Vec<Pid> = std::fs::read_dir(format!("/proc/{leader}/task"))
@@ -670,7 +734,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     let mut exit = ProgramExit::Detached;
     loop {
         if let Some(sig) = guard.caught() {
-            if attached && !detaching {
+            if attached && !detaching && !tr.failed {
                 detaching = true;
                 for tid in tr.threads.keys() {
                     let _ = ptrace::interrupt(*tid);
@@ -682,6 +746,11 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         }
         if tr.threads.is_empty() {
             break;
+        }
+        if !tr.failed && tr.synced.elapsed() >= SYNC_EVERY {
+            if let Err(e) = tr.sync() {
+                tr.stop_recording(e, None);
+            }
         }
         // Wait (blocking) for the next stop; the timer wakes the wait when a native thread's
         // pause ends, and at least every WAKE_TICK so that a signal to mgbench is seen.
@@ -706,18 +775,16 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             Err(e) => return Err(CaptureError::Invalid(format!("waitpid: {e}"))),
         };
         match status {
-            WaitStatus::Stopped(tid, sig) if detaching => {
+            WaitStatus::Stopped(tid, sig) if detaching || tr.failed => {
                 let pass = (sig != Signal::SIGTRAP && sig != Signal::SIGSTOP).then_some(sig);
-                tr.unpin(tid);
-                let _ = ptrace::detach(tid, pass);
-                tr.threads.remove(&tid);
+                tr.detach(tid, pass);
             }
-            WaitStatus::PtraceEvent(tid, _, _) if detaching => {
-                tr.unpin(tid);
-                let _ = ptrace::detach(tid, None);
-                tr.threads.remove(&tid);
+            WaitStatus::PtraceEvent(tid, _, _) if detaching || tr.failed => tr.detach(tid, None),
+            WaitStatus::Stopped(tid, Signal::SIGTRAP) => {
+                if let Err(e) = tr.step(tid) {
+                    tr.stop_recording(e, Some(tid));
+                }
             }
-            WaitStatus::Stopped(tid, Signal::SIGTRAP) => tr.step(tid)?,
             WaitStatus::Stopped(tid, sig) => {
                 // A signal for the program: deliver it and keep stepping.
                 let native = !tr.exec_seen || tr.threads.get(&tid).is_some_and(|t| t.native);
@@ -755,10 +822,13 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                     if !tr.threads.contains_key(&tid) {
                         tr.add_thread(tid);
                     }
-                    if tr.threads.get(&tid).is_some_and(|t| t.native) {
-                        tr.begin_window(tid)?;
+                    let stepped = if tr.threads.get(&tid).is_some_and(|t| t.native) {
+                        tr.begin_window(tid)
                     } else {
-                        tr.step(tid)?;
+                        tr.step(tid)
+                    };
+                    if let Err(e) = stepped {
+                        tr.stop_recording(e, Some(tid));
                     }
                 } else {
                     let _ = ptrace::cont(tid, None);
@@ -782,18 +852,44 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         }
     }
     drop(timer);
+    if tr.failed && !attached && matches!(exit, ProgramExit::Detached) {
+        // Recording stopped early: the launched program runs on untraced; its exit is ours.
+        let mut forwarded = None;
+        exit = loop {
+            match waitpid(leader, None) {
+                Ok(WaitStatus::Exited(_, code)) => break ProgramExit::Code(code),
+                Ok(WaitStatus::Signaled(_, sig, _)) => break ProgramExit::Signal(sig as i32),
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => {
+                    let sig = guard.caught();
+                    if sig != forwarded && !matches!(sig, Some(libc::SIGINT | libc::SIGQUIT)) {
+                        let _ = nix::sys::signal::kill(
+                            leader,
+                            sig.and_then(|s| Signal::try_from(s).ok()),
+                        );
+                    }
+                    forwarded = sig;
+                }
+                Err(_) => break ProgramExit::Detached,
+            }
+        };
+    }
     let interrupted = guard.caught();
     drop(guard);
     let elapsed_s = start.elapsed().as_secs_f64();
     let threads = u64::from(tr.next_id);
-    let summary = tr
-        .builder
-        .finish(&mut tr.writer)
-        .or_else(|e| match e {
-            crate::import::ImportError::Empty => Ok(Default::default()),
-            other => Err(other),
-        })
-        .map_err(|e| CaptureError::Invalid(e.to_string()))?;
+    let summary = if tr.failed {
+        // Nothing more is written after a failed write.
+        tr.builder.summary.clone()
+    } else {
+        tr.builder
+            .finish(&mut tr.writer)
+            .or_else(|e| match e {
+                crate::import::ImportError::Empty => Ok(Default::default()),
+                other => Err(other),
+            })
+            .map_err(|e| CaptureError::Invalid(e.to_string()))?
+    };
     let mut warnings = tr.errors.clone();
     if tr.incomplete > 0 {
         warnings.push(format!(
@@ -808,7 +904,11 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         ));
     }
     let mut w = tr.writer;
-    w.flush().map_err(out_err)?;
+    if let Err(e) = w.flush() {
+        if !tr.failed {
+            return Err(out_err(e));
+        }
+    }
     drop(w);
     let end = EndInfo {
         exit_code: exit.code(),
@@ -818,7 +918,15 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         skipped: 0,
         errors: tr.errors,
     };
-    let trace_bytes = finalize(output, &end)?;
+    let trace_bytes = match finalize(output, &end) {
+        Ok(n) => n,
+        Err(e) => {
+            warnings.push(format!(
+                "{e}: the trace has no end frame, but everything recorded before is readable"
+            ));
+            std::fs::metadata(output).map(|m| m.len()).unwrap_or(0)
+        }
+    };
     if let ProgramExit::Signal(s) = exit {
         warnings.push(format!("the program was killed by {}", signal_name(s)));
     }

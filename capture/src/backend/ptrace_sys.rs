@@ -11,7 +11,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 /// Forks a child that stops itself (SIGSTOP) before exec'ing `program`, and waits until it
-/// has stopped. The caller seizes it and sends SIGCONT.
+/// has stopped. The caller seizes it and sends SIGCONT. The child dies with mgbench.
 pub fn spawn_stopped(program: &Path, args: &[OsString]) -> std::io::Result<Pid> {
     let to_c = |b: &[u8]| {
         CString::new(b).map_err(|_| std::io::Error::other("argument contains a NUL byte"))
@@ -23,8 +23,10 @@ pub fn spawn_stopped(program: &Path, args: &[OsString]) -> std::io::Result<Pid> 
     }
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
     ptrs.push(std::ptr::null());
-    // SAFETY: the child only calls async-signal-safe functions (raise, execv, _exit) on data
-    // prepared before the fork; the parent continues normally.
+    // SAFETY: getpid is async-signal-safe.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the child only calls async-signal-safe functions (prctl, getppid, raise, execv,
+    // _exit) on data prepared before the fork; the parent continues normally.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
@@ -32,6 +34,12 @@ pub fn spawn_stopped(program: &Path, args: &[OsString]) -> std::io::Result<Pid> 
     if pid == 0 {
         // SAFETY: in the child, see above.
         unsafe {
+            // The program dies with mgbench even once it is no longer traced (recording
+            // stopped on a full disk); while traced, PTRACE_O_EXITKILL does the same.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::_exit(127);
+            }
             libc::raise(libc::SIGSTOP);
             libc::execv(prog.as_ptr(), ptrs.as_ptr());
             libc::_exit(127);
@@ -263,4 +271,17 @@ impl Drop for Pin {
     fn drop(&mut self) {
         self.own.apply(0);
     }
+}
+
+/// Whether thread `tid` has a SIGTRAP queued for it alone (`SigPnd` in its status: a
+/// single step's trap is sent to the thread).
+pub fn sigtrap_queued(tid: Pid) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigPnd:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|pending| pending & (1 << (libc::SIGTRAP - 1)) != 0)
 }

@@ -209,6 +209,20 @@ impl ChunkBuilder {
         Ok(())
     }
 
+    /// Writes every thread's open chunk now (the samples in them continue in the next
+    /// chunks with the same ids), so that a writer killed later loses none of it.
+    pub fn write_open<W: Write>(&mut self, w: &mut TraceWriter<W>) -> Result<(), ImportError> {
+        let threads: Vec<u32> = self.open.keys().copied().collect();
+        for t in threads {
+            self.close_sample_part(t);
+            self.flush_thread(t, w)?;
+            if let Some(cur) = self.current.get_mut(&t) {
+                cur.1 = 0;
+            }
+        }
+        Ok(())
+    }
+
     pub fn ignore(&mut self, what: &str) {
         *self.summary.ignored.entry(what.to_string()).or_insert(0) += 1;
     }
