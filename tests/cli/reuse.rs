@@ -170,35 +170,41 @@ fn proportional_attribution_keeps_the_short_reuses() {
         "a.mgbt",
         &[&app("attribution"), "--n=100000", "--reps=8"],
     );
-    let exact_short =
-        |v: &serde_json::Value| v["words"]["rdx_bins"][0]["exact_time"].as_f64().unwrap();
-    let short = |v: &serde_json::Value| v["words"]["rdx_bins"][0]["time"].as_f64().unwrap();
-    let ht = reuse_json(&dir, &["--rdx", "a.mgbt", "--period", "4096"]);
-    let one = reuse_json(
-        &dir,
-        &[
-            "--rdx",
-            "a.mgbt",
-            "--period",
-            "4096",
-            "--attribution",
-            "one",
-        ],
-    );
+    // The share of short reuses (the first of RDX's bins) over 8 seeds: one seed's sampled
+    // estimate spreads by about 0.1 around the exact share at this period (613 samples),
+    // while the weighted estimate is unbiased, so its mean is what is compared.
+    let short = |attribution: &str| -> (f64, f64) {
+        let mut sum = 0.0;
+        let mut exact = 0.0;
+        for seed in 1..=8 {
+            let seed = seed.to_string();
+            let v = reuse_json(
+                &dir,
+                &[
+                    "--rdx",
+                    "a.mgbt",
+                    "--period",
+                    "4096",
+                    "--seed",
+                    &seed,
+                    "--attribution",
+                    attribution,
+                ],
+            );
+            sum += v["words"]["rdx_bins"][0]["time"].as_f64().unwrap();
+            exact = v["words"]["rdx_bins"][0]["exact_time"].as_f64().unwrap();
+        }
+        (sum / 8.0, exact)
+    };
+    let (ht, e) = short("ht");
+    let (one, _) = short("one");
     // About two thirds of the reuses are short: with one reuse per trap the long reuses'
     // busy registers hide most of them, weighting the traps restores them.
-    let e = exact_short(&ht);
-    assert!(e > 0.6, "{}", ht["words"]);
+    assert!(e > 0.6, "exact share of short reuses {e}");
+    assert!((ht - e).abs() < 0.1, "ht {ht} vs exact {e}");
     assert!(
-        (short(&ht) - e).abs() < 0.1,
-        "ht {} vs exact {e}",
-        short(&ht)
-    );
-    assert!(
-        (short(&one) - e).abs() > (short(&ht) - e).abs(),
-        "one {} ht {} exact {e}",
-        short(&one),
-        short(&ht)
+        (one - e).abs() > (ht - e).abs(),
+        "one {one} ht {ht} exact {e}"
     );
 }
 

@@ -133,8 +133,8 @@ struct ThreadState {
     restore: Option<CpuMask>,
     /// A call being stepped that the pin concerns, finished at the next stop.
     pinned_call: Option<PinnedCall>,
-    /// Resumed once while detaching, to take a queued SIGTRAP (see [`Tracer::detach`]).
-    drained: bool,
+    /// Times resumed while detaching, to take a queued SIGTRAP (see [`Tracer::detach`]).
+    drains: u8,
 }
 
 /// System calls that would let the program see mgbench's pin (see [`Pin`]), made while it
@@ -236,7 +236,7 @@ impl Tracer {
                 roi_depth: 0,
                 restore: None,
                 pinned_call: None,
-                drained: false,
+                drains: 0,
             },
         );
         self.pin(tid);
@@ -556,13 +556,13 @@ impl Tracer {
     /// reported before the thread reads its signal queue, and a system call interrupted while
     /// stepped queues one as it returns. Detached with it, the untraced program would die of
     /// it (a blocked `pthread_join` did, in every Ctrl-C detach from a threaded program).
-    /// Such a thread is resumed once, not stepped, to stop at that SIGTRAP, and detached
-    /// there without it.
+    /// Such a thread is resumed, not stepped, to stop at that SIGTRAP (after any signal
+    /// queued before it, passed on), and detached there without it.
     fn detach(&mut self, tid: Pid, pass: Option<Signal>) {
         self.unpin(tid);
         if let Some(t) = self.threads.get_mut(&tid) {
-            if !t.drained && ptrace_sys::sigtrap_queued(tid) {
-                t.drained = true;
+            if t.drains < 4 && ptrace_sys::sigtrap_queued(tid) {
+                t.drains += 1;
                 let _ = ptrace::cont(tid, pass);
                 return;
             }
