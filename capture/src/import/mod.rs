@@ -250,3 +250,74 @@ impl ChunkBuilder {
         Ok(self.summary)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{AccessKind, Frame, TraceReader};
+
+    fn access(i: u64) -> Access {
+        Access {
+            ip: 0x1000 + i,
+            addr: 0x8000 + 8 * i,
+            size: 8,
+            kind: AccessKind::Load,
+        }
+    }
+
+    /// What the ptrace backend writes every second: the open chunks, with the samples in them
+    /// going on in the next chunks under the same ids and no skip.
+    #[test]
+    fn open_chunks_written_early_continue_their_samples() {
+        let meta = import_meta(ImportKind::Lackey, "test", Mode::Full);
+        let mut w = TraceWriter::create(Vec::new(), &meta).unwrap();
+        let mut b = ChunkBuilder::new();
+        b.start_sample(0, Some(7), 100);
+        b.start_sample(1, Some(3), 0);
+        for i in 0..10 {
+            b.push(0, access(i), &mut w).unwrap();
+        }
+        b.push(1, access(50), &mut w).unwrap();
+        b.write_open(&mut w).unwrap();
+        for i in 10..15 {
+            b.push(0, access(i), &mut w).unwrap();
+        }
+        b.start_sample(0, None, 40);
+        for i in 15..18 {
+            b.push(0, access(i), &mut w).unwrap();
+        }
+        let summary = b.finish(&mut w).unwrap();
+        assert_eq!(summary.accesses, 19);
+        let bytes = w.into_inner();
+        let mut r = TraceReader::open(std::io::Cursor::new(bytes)).unwrap();
+        let mut chunks = Vec::new();
+        while let Some(frame) = r.next_frame().unwrap() {
+            if let Frame::Chunk(c) = frame {
+                chunks.push(c);
+            }
+        }
+        let parts: Vec<(u32, Vec<SampleHeader>, usize)> = chunks
+            .iter()
+            .map(|c| (c.thread, c.samples.clone(), c.accesses.len()))
+            .collect();
+        let sample = |id, skipped_before, len| SampleHeader {
+            id,
+            skipped_before,
+            len,
+        };
+        assert_eq!(
+            parts,
+            vec![
+                (0, vec![sample(7, 100, 10)], 10),
+                (1, vec![sample(3, 0, 1)], 1),
+                (0, vec![sample(7, 0, 5), sample(8, 40, 3)], 8),
+            ]
+        );
+        let addrs: Vec<u64> = chunks
+            .iter()
+            .filter(|c| c.thread == 0)
+            .flat_map(|c| c.accesses.iter().map(|a| a.addr))
+            .collect();
+        assert_eq!(addrs, (0..18).map(|i| 0x8000 + 8 * i).collect::<Vec<_>>());
+    }
+}
