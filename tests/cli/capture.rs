@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use mgbench_capture::symbols::{ElfImage, Symbolizer};
 use mgbench_capture::trace::{AccessKind, Chunk, EndInfo, Frame, Mapping, TraceReader};
@@ -933,24 +933,29 @@ fn killing_mgbench_stops_the_program_and_leaves_a_readable_trace() {
     assert!(stdout(&o).contains("no end frame"), "{}", stdout(&o));
 }
 
+/// `mgbench capture ARGS -o f.mgbt spmv SPMV_ARGS` in `dir` with files limited to `kib` KiB:
+/// the limit makes writes fail the way a full disk does (EFBIG instead of ENOSPC), and SIGXFSZ
+/// is ignored so that the failing write returns an error instead of killing the writer.
+fn capture_out_of_disk(dir: &Path, kib: u32, args: &str, spmv_args: &str) -> Output {
+    let script = format!(
+        "trap '' XFSZ; ulimit -f {kib}; exec {} capture {args} -o f.mgbt {} {spmv_args}",
+        env!("CARGO_BIN_EXE_mgbench"),
+        app("spmv")
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_full_disk_stops_recording_but_keeps_what_was_written() {
     if !need_qemu("capture onto a full disk") {
         return;
     }
     let dir = temp_dir("diskfull");
-    // A file-size limit makes writes fail the way a full disk does (EFBIG instead of ENOSPC);
-    // SIGXFSZ is ignored so the failing write returns an error instead of killing QEMU.
-    let script = format!(
-        "trap '' XFSZ; ulimit -f 256; exec {} capture --full -o f.mgbt {} --rows=4096 --iters=40",
-        env!("CARGO_BIN_EXE_mgbench"),
-        app("spmv")
-    );
-    let o = Command::new("sh")
-        .args(["-c", &script])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
+    let o = capture_out_of_disk(&dir, 256, "--full", "--rows=4096 --iters=40");
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "the program itself succeeds: {e}");
     assert!(e.contains("cannot write trace"), "{e}");
@@ -1396,17 +1401,7 @@ fn ptrace_keeps_what_it_recorded_when_killed_or_out_of_disk() {
     let o = mgbench(&["trace", "info", "k.mgbt"], &dir);
     assert!(stdout(&o).contains("no end frame"), "{}", stdout(&o));
 
-    // A file-size limit fails writes the way a full disk does (see the QEMU test).
-    let script = format!(
-        "trap '' XFSZ; ulimit -f 24; exec {} capture --backend ptrace --full -o f.mgbt {} --rows=4096 --iters=1",
-        env!("CARGO_BIN_EXE_mgbench"),
-        app("spmv")
-    );
-    let o = Command::new("sh")
-        .args(["-c", &script])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
+    let o = capture_out_of_disk(&dir, 24, "--backend ptrace --full", "--rows=4096 --iters=1");
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "the program itself succeeds: {e}");
     assert!(

@@ -739,9 +739,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                 for tid in tr.threads.keys() {
                     let _ = ptrace::interrupt(*tid);
                 }
-            } else if !attached && !matches!(sig, libc::SIGINT | libc::SIGQUIT) {
-                // SIGINT/SIGQUIT from a terminal reach the program too; forward the others.
-                let _ = nix::sys::signal::kill(leader, Signal::try_from(sig).ok());
+            } else if !attached {
+                forward_signal(leader, sig);
             }
         }
         if tr.threads.is_empty() {
@@ -862,11 +861,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => {
                     let sig = guard.caught();
-                    if sig != forwarded && !matches!(sig, Some(libc::SIGINT | libc::SIGQUIT)) {
-                        let _ = nix::sys::signal::kill(
-                            leader,
-                            sig.and_then(|s| Signal::try_from(s).ok()),
-                        );
+                    if let Some(s) = sig.filter(|_| sig != forwarded) {
+                        forward_signal(leader, s);
                     }
                     forwarded = sig;
                 }
@@ -941,6 +937,14 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         elapsed_s,
         warnings,
     })
+}
+
+/// Passes a signal mgbench caught on to the program it launched. SIGINT and SIGQUIT from a
+/// terminal reach the program too, so only the others are forwarded.
+fn forward_signal(leader: Pid, sig: i32) {
+    if !matches!(sig, libc::SIGINT | libc::SIGQUIT) {
+        let _ = nix::sys::signal::kill(leader, Signal::try_from(sig).ok());
+    }
 }
 
 fn attach_error(pid: Pid, e: nix::errno::Errno) -> CaptureError {
