@@ -706,6 +706,132 @@ fn a_crashing_program_leaves_every_recorded_access_and_its_signal() {
     assert_eq!(loop_stores(&read_trace(&dir.join("e.mgbt"))), 3 * n);
 }
 
+/// What `fdclose --out=FILE` must leave in FILE (it writes one 'x' per descriptor from 3 to
+/// its limit with `--how=dup2`), read from its output line.
+fn fdclose_expected(out: &str, how: &str) -> Vec<u8> {
+    let limit: usize = out
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("limit="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no limit in {out:?}"));
+    let mut want = if how == "dup2" {
+        vec![b'x'; limit - 3]
+    } else {
+        Vec::new()
+    };
+    want.extend_from_slice(b"after\n");
+    want
+}
+
+/// References of each function in `trace` (`analyze --by function`).
+fn function_references(dir: &Path, trace: &str) -> HashMap<String, u64> {
+    let o = mgbench(&["analyze", "--by", "function", "-f", "json", trace], dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["function"].as_str().unwrap().to_string(),
+                f["references"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_program_that_closes_or_replaces_descriptors_keeps_its_files_and_the_trace_whole() {
+    if !need_qemu("capture of a program that closes every descriptor") {
+        return;
+    }
+    let dir = temp_dir("fdclose");
+    let prog = app("fdclose");
+    // The plugin's trace and progress files, and the spill file mgbench hands it, share
+    // the program's descriptor table. Before, a shell's `exec 4>y` took the trace's number
+    // and the rest of the trace went into the user's file y.
+    let script = "ls -l /proc/$$/fd > fds.txt; exec 3>x 4>y 5>z; \
+                  for i in $(seq 1 300); do echo data >&4; done; echo hi >&3";
+    let o = mgbench(
+        &[
+            "capture", "--full", "-o", "sh.mgbt", "--", "bash", "-c", script,
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(dir.join("y")).unwrap(), b"data\n".repeat(300));
+    assert_eq!(std::fs::read(dir.join("x")).unwrap(), b"hi\n");
+    assert_eq!(std::fs::read(dir.join("z")).unwrap(), b"");
+    let t = read_trace(&dir.join("sh.mgbt"));
+    assert!(!t.damaged && t.end.is_some(), "{}", stderr(&o));
+    // None of mgbench's files is among the numbers a program opens or names.
+    let fds = std::fs::read_to_string(dir.join("fds.txt")).unwrap();
+    for line in fds.lines() {
+        let Some((num, target)) = line
+            .split_once(" -> ")
+            .and_then(|(l, t)| Some((l.split_whitespace().last()?.parse::<u32>().ok()?, t)))
+        else {
+            continue;
+        };
+        if ["sh.mgbt", "mgbench-spill"]
+            .iter()
+            .any(|m| target.contains(m))
+        {
+            assert!(num >= 64, "mgbench's file at {num}: {fds}");
+        }
+    }
+
+    // A program that closes every descriptor (one by one, or with close_range), or puts its
+    // own file under every number, in the middle of its run: its file holds exactly what it
+    // wrote, and the trace holds its second half as its first.
+    let native = Command::new(&prog)
+        .args(["--out=native.txt", "--how=none"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let sum = stdout(&native)
+        .split_whitespace()
+        .find(|w| w.starts_with("sum="))
+        .unwrap()
+        .to_string();
+    for how in ["none", "loop", "range", "dup2"] {
+        let trace = format!("{how}.mgbt");
+        let o = mgbench(
+            &[
+                "capture",
+                "--full",
+                "-o",
+                &trace,
+                "--",
+                &prog,
+                "--out=out.txt",
+                &format!("--how={how}"),
+            ],
+            &dir,
+        );
+        assert!(o.status.success(), "{how}: {}", stderr(&o));
+        let out = stdout(&o);
+        assert!(out.contains(&sum), "{how}: {out}");
+        assert!(!stderr(&o).contains("warning"), "{how}: {}", stderr(&o));
+        assert_eq!(
+            std::fs::read(dir.join("out.txt")).unwrap(),
+            fdclose_expected(&out, how),
+            "{how}: the program's file"
+        );
+        let t = read_trace(&dir.join(&trace));
+        assert!(!t.damaged && t.end.is_some(), "{how}");
+        let refs = function_references(&dir, &trace);
+        // 20 passes over 65536 words each (and one access of the frame).
+        let (before, after) = (refs["before"], refs["after"]);
+        assert!(before >= 20 * 65536, "{how}: {refs:?}");
+        assert_eq!(
+            after, before,
+            "{how}: the second half recorded as the first"
+        );
+    }
+}
+
 #[test]
 fn sampled_skip_counts_stay_exact_when_the_program_dies_or_execs() {
     if !need_qemu("sampled capture of a crash and an exec") {

@@ -24,6 +24,7 @@
 //! inclusive mode counts calls into the ranges (entry executions minus `ret` executions inside
 //! them) and records while that depth is positive, so callees count.
 
+mod fds;
 mod native;
 mod rdx;
 mod slots;
@@ -31,7 +32,6 @@ mod switch;
 mod sys;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::fs::OpenOptions;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -708,7 +708,8 @@ extern "C" fn rdx_vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
     }
 }
 
-extern "C" fn rdx_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, _ret: i64) {
+extern "C" fn rdx_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
+    fds::after_syscall(vcpu, num, ret);
     rdx::syscall_returned(vcpu, num);
 }
 
@@ -744,7 +745,7 @@ fn register_rdx_callbacks(id: qemu_plugin_id_t) {
         qemu_plugin_register_vcpu_init_cb(id, rdx_vcpu_init);
         qemu_plugin_register_vcpu_exit_cb(id, rdx_vcpu_exit);
         qemu_plugin_register_vcpu_tb_trans_cb(id, rdx_tb_trans);
-        qemu_plugin_register_vcpu_syscall_cb(id, exec_entry::<true>);
+        qemu_plugin_register_vcpu_syscall_cb(id, syscall_entry::<true>);
         qemu_plugin_register_vcpu_syscall_ret_cb(id, rdx_syscall_ret);
         qemu_plugin_register_atexit_cb(id, rdx_at_exit, ptr::null_mut());
     }
@@ -803,7 +804,8 @@ fn note_mappings(p: &Plugin, vaddr: u64) {
 /// Data mappings also appear after start-up: the heap grows (brk) and large blocks are
 /// mmap'ed. After such a call, the mappings are sent again when no known one covers its
 /// result, so that the data it holds is classed by what it is (heap, not unmapped).
-extern "C" fn syscall_ret(_id: qemu_plugin_id_t, _vcpu: c_uint, num: i64, ret: i64) {
+extern "C" fn syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
+    fds::after_syscall(vcpu, num, ret);
     // x86-64 system call numbers.
     const MMAP: i64 = 9;
     const BRK: i64 = 12;
@@ -817,24 +819,38 @@ extern "C" fn syscall_ret(_id: qemu_plugin_id_t, _vcpu: c_uint, num: i64, ret: i
     note_mappings(plugin(), addr);
 }
 
+/// A guest system call is about to run.
+///
+/// A call that closes or replaces descriptors (`close`, `dup2`, `dup3`, `close_range`) first
+/// moves the plugin's own out of its way (see `fds`).
+///
 /// An `execve` replaces the process with a program QEMU user mode runs natively, without
 /// exit hooks: its path goes to the spill header (capture), so that mgbench can say where
 /// the trace ends and why (what was recorded and skipped is there already), or to the
 /// events (live RDX, see [`rdx::on_exec`]).
 #[allow(clippy::too_many_arguments)]
-extern "C" fn exec_entry<const LIVE_RDX: bool>(
+extern "C" fn syscall_entry<const LIVE_RDX: bool>(
     _id: qemu_plugin_id_t,
     vcpu: c_uint,
     num: i64,
     a1: u64,
     a2: u64,
-    _a3: u64,
+    a3: u64,
     _a4: u64,
     _a5: u64,
     _a6: u64,
     _a7: u64,
     _a8: u64,
 ) {
+    if let Some((lo, hi)) = fds::taken_by(num, a1, a2, a3) {
+        // The watchpoints first: a thread logging an event holds rdx's lock while it waits
+        // for a guarded file.
+        if LIVE_RDX {
+            rdx::before_syscall(vcpu, lo, hi);
+        }
+        fds::before_syscall(vcpu, lo, hi);
+        return;
+    }
     let Some(path) = exec_path(num, a1, a2) else {
         return;
     };
@@ -940,14 +956,14 @@ fn encoder_loop(rx: std::sync::Arc<Mutex<Receiver<u32>>>, level: i32) {
     }
 }
 
-fn writer_loop(rx: Receiver<Msg>, file: std::fs::File) -> WriterReport {
+fn writer_loop(rx: Receiver<Msg>, file: &'static fds::Guarded) -> WriterReport {
     sys::block_all_signals();
     // Unbuffered: each frame is one write(2), so a frame handed to the kernel survives the
     // guest dying from a signal (QEMU then skips plugin exit hooks).
     // Where the plugin's frames start: mgbench wrote the header.
-    let start = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = file.with(|f| f.metadata().map(|m| m.len())).unwrap_or(0);
     slots::set_committed(start);
-    let mut w = TraceWriter::append(file);
+    let mut w = TraceWriter::append(fds::Writer(file));
     let mut report = WriterReport {
         chunks: 0,
         bytes: 0,
@@ -958,7 +974,7 @@ fn writer_loop(rx: Receiver<Msg>, file: std::fs::File) -> WriterReport {
         .cfg
         .progress
         .as_ref()
-        .and_then(|path| OpenOptions::new().write(true).open(path).ok());
+        .and_then(|path| fds::open(path, false).ok());
     let mut recorded = 0u64;
     let fail = |report: &mut WriterReport, e: std::io::Error| {
         if report.errors.is_empty() {
@@ -1020,7 +1036,7 @@ fn writer_loop(rx: Receiver<Msg>, file: std::fs::File) -> WriterReport {
                     totals[..8].copy_from_slice(&recorded.to_le_bytes());
                     totals[8..].copy_from_slice(&w.bytes_written().to_le_bytes());
                     // Progress is cosmetic: a failed write changes nothing else.
-                    let _ = f.write_at(&totals, 0);
+                    let _ = f.try_with(|f| f.write_at(&totals, 0));
                 }
                 Ok(())
             }
@@ -1165,7 +1181,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
         register_rdx_callbacks(id);
         return 0;
     }
-    let file = match OpenOptions::new().append(true).open(&cfg.out) {
+    let file = match fds::open(&cfg.out, true) {
         Ok(f) => f,
         Err(e) => {
             sys::outs(&format!("cannot open trace {}: {e}", cfg.out));
@@ -1251,7 +1267,7 @@ fn register_callbacks(id: qemu_plugin_id_t) {
         qemu_plugin_register_vcpu_exit_cb(id, vcpu_exit);
         qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
         qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
-        qemu_plugin_register_vcpu_syscall_cb(id, exec_entry::<false>);
+        qemu_plugin_register_vcpu_syscall_cb(id, syscall_entry::<false>);
         qemu_plugin_register_atexit_cb(id, at_exit, ptr::null_mut());
     }
 }

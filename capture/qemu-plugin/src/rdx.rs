@@ -22,7 +22,6 @@
 //! carry its number. QEMU 7.2's inline counter is one for all vCPUs, so when a second
 //! thread starts, every thread counts in memory callbacks from then on.
 
-use std::fs::File;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -208,7 +207,7 @@ struct Thread {
 /// The sampler's state: touched by the vCPU threads' callbacks and by atexit.
 struct State {
     args: RdxArgs,
-    out: File,
+    out: &'static crate::fds::Guarded,
     rng: u64,
     /// The followed threads, by vCPU index.
     threads: Vec<Option<Thread>>,
@@ -216,6 +215,13 @@ struct State {
     started: u32,
     /// Threads that started beyond `MAX_THREADS` at once (not sampled).
     unfollowed: u32,
+    /// Guest calls that closed every free number with some thread's registers (their
+    /// samples dropped, the registers opened again at the thread's next sample).
+    dropped_watch: u32,
+    /// Samples that found no free descriptor for the thread's registers.
+    unwatched: u64,
+    /// Event lines not written yet (see [`State::write_out`]).
+    held: Vec<u8>,
     /// The first thread's first gap (its first callback decides where it is counted).
     first_gap: u64,
 }
@@ -263,7 +269,22 @@ impl State {
             return;
         }
         // One write per event: a program that dies keeps what was logged before.
-        let _ = self.out.write_all(&buf[..n]);
+        self.write_out(&buf[..n]);
+    }
+
+    /// Writes event lines. While the file cannot be written (the program's call closing it
+    /// runs, or it holds every descriptor number), they wait in memory for the next write:
+    /// never natively (no calls are watched there), so nothing allocates in a handler.
+    fn write_out(&mut self, bytes: &[u8]) {
+        let held = std::mem::take(&mut self.held);
+        let written = self.out.try_with(|mut f| {
+            f.write_all(&held)?;
+            f.write_all(bytes)
+        });
+        if written.is_none() {
+            self.held = held;
+            self.held.extend_from_slice(bytes);
+        }
     }
 
     /// Starts following a thread on vCPU `v` (its first gap drawn, its time at zero).
@@ -330,23 +351,31 @@ impl State {
     }
 
     /// Opens thread `v`'s registers (on the calling thread, which must be `v`'s: perf
-    /// watchpoints belong to the thread that opens them).
-    fn open_watchpoints(&mut self, v: usize, addr: u64) -> Result<(), String> {
+    /// watchpoints belong to the thread that opens them). False, with none open, when the
+    /// process has no free descriptor (the program holds every number for now).
+    fn open_watchpoints(&mut self, v: usize, addr: u64) -> Result<bool, String> {
         sys::install_trap_hook(on_trap)?;
         let watch = self.args.watch;
         let Some(t) = self.threads[v].as_mut() else {
             return Err(format!("thread on vCPU {v} is not followed"));
         };
         for (k, fd) in VCPUS[v].fds.iter().enumerate().take(watch) {
-            let w = Watchpoint::open(addr & !7).map_err(|e| {
-                format!(
+            let w = match Watchpoint::open(addr & !7) {
+                Ok(w) => w,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    for (fd, _) in VCPUS[v].fds.iter().zip(t.watch.drain(..)) {
+                        fd.store(-1, Ordering::Release);
+                    }
+                    return Ok(false);
+                }
+                Err(e) => return Err(format!(
                     "cannot set hardware watchpoint {k} through perf_event_open (PERF_TYPE_BREAKPOINT): {e}; live RDX needs the breakpoint PMU (see kernel.perf_event_paranoid)"
-                )
-            })?;
+                )),
+            };
             fd.store(w.fd(), Ordering::Release);
             t.watch.push(w);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// A sample of thread `v`: RDX's reservoir picks the register it goes to, if any.
@@ -356,14 +385,24 @@ impl State {
         };
         if first {
             let fresh = self.threads.iter().flatten().all(|t| t.watch.is_empty());
-            if let Err(e) = self.open_watchpoints(v, addr) {
-                sys::outs(&e);
-                self.log(format_args!("N error: {e}\n"));
-                STOPPED.store(true, Ordering::Release);
-                return;
-            }
-            if fresh {
-                self.log_maps();
+            match self.open_watchpoints(v, addr) {
+                Ok(true) if fresh => self.log_maps(),
+                Ok(true) => {}
+                Ok(false) => {
+                    // Taken as a sample no register could hold; the next one tries again.
+                    self.unwatched += 1;
+                    if self.unwatched == 1 {
+                        self.log(format_args!(
+                            "N the program held every descriptor number when a sample came: samples then were dropped as if every watchpoint were busy\n"
+                        ));
+                    }
+                }
+                Err(e) => {
+                    sys::outs(&e);
+                    self.log(format_args!("N error: {e}\n"));
+                    STOPPED.store(true, Ordering::Release);
+                    return;
+                }
             }
         }
         self.drain_traps(v);
@@ -383,6 +422,7 @@ impl State {
             }
         }
         let chosen = match t.busy.iter().position(|b| !b) {
+            _ if t.watch.is_empty() => None,
             Some(k) => {
                 t.since[k] = 1;
                 Some(k)
@@ -469,7 +509,7 @@ impl State {
             lines.push_str(l);
             lines.push('\n');
         }
-        let _ = self.out.write_all(lines.as_bytes());
+        self.write_out(lines.as_bytes());
     }
 }
 
@@ -589,10 +629,8 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
             args.watch
         ));
     }
-    let file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(out)
-        .map_err(|e| format!("cannot open events file {out}: {e}"))?;
+    let file =
+        crate::fds::open(out, true).map_err(|e| format!("cannot open events file {out}: {e}"))?;
     PID.store(std::process::id(), Ordering::Relaxed);
     let mut st = State {
         args,
@@ -601,6 +639,9 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
         threads: (0..MAX_THREADS).map(|_| None).collect(),
         started: 0,
         unfollowed: 0,
+        dropped_watch: 0,
+        unwatched: 0,
+        held: Vec::new(),
         first_gap: 0,
     };
     st.log(format_args!(
@@ -773,6 +814,73 @@ pub fn thread_started(vcpu: u32) {
         st.end_thread(v, now);
     }
     st.start_thread(v);
+}
+
+/// vCPU `vcpu`'s guest call is about to close or replace descriptors `lo..=hi` (see
+/// `fds`): every register descriptor there moves out of the range. Where no number outside
+/// it is free (`close_range(3, ~0U, 0)`), the thread's registers are given up to the call
+/// (their samples dropped, as a reservoir replacement drops one) and opened again at its
+/// next sample.
+pub fn before_syscall(vcpu: u32, lo: u64, hi: u64) {
+    if std::process::id() != PID.load(Ordering::Relaxed) {
+        return;
+    }
+    let Ok(mut g) = STATE.lock() else {
+        return;
+    };
+    let Some(st) = g.as_mut() else {
+        return;
+    };
+    let inside = |fd: std::ffi::c_int| fd >= 0 && (lo..=hi).contains(&(fd as u64));
+    let mut dropped = false;
+    for (v, c) in VCPUS.iter().enumerate() {
+        if !st.threads[v]
+            .as_ref()
+            .is_some_and(|t| t.watch.iter().any(|w| inside(w.fd())))
+        {
+            continue;
+        }
+        st.drain_traps(v);
+        let Some(t) = st.threads[v].as_mut() else {
+            continue;
+        };
+        let mut kept = true;
+        for (k, w) in t.watch.iter_mut().enumerate() {
+            if !inside(w.fd()) {
+                continue;
+            }
+            match sys::dup_outside(w.fd(), lo, hi) {
+                Some(new) => {
+                    crate::fds::moved(vcpu, w.fd(), new);
+                    w.renumber(new);
+                    c.fds[k].store(new, Ordering::Release);
+                }
+                None => kept = false,
+            }
+        }
+        if kept {
+            continue;
+        }
+        for (k, w) in t.watch.drain(..).enumerate() {
+            c.armed[k].store(false, Ordering::Release);
+            c.fds[k].store(-1, Ordering::Release);
+            t.busy[k] = false;
+            t.since[k] = 0;
+            if inside(w.fd()) {
+                sys::disarm_watchpoint(w.fd());
+                w.abandon();
+            }
+        }
+        dropped = true;
+    }
+    if dropped {
+        st.dropped_watch += 1;
+        if st.dropped_watch == 1 {
+            st.log(format_args!(
+                "N a call of the program took descriptors {lo} to {hi} while no number outside was free (close_range, or a full table): the samples in the watchpoints then were dropped, and the watchpoints opened again\n"
+            ));
+        }
+    }
 }
 
 /// A system call of vCPU `vcpu`'s thread returned. After one that can change the guest's

@@ -63,8 +63,15 @@ pub fn init(spill: Option<&str>) -> Result<(), String> {
     let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
     let base = crate::sys::map_slots(fd, FILE_BYTES)
         .map_err(|e| format!("cannot map {FILE_BYTES} bytes for buffers: {e}"))?;
-    // The mapping keeps the file alive.
+    // The mapping keeps the file alive. mgbench passes it as an inherited descriptor
+    // (`/proc/self/fd/N`): closed too, so that the guest does not find it among its own.
     drop(file);
+    if let Some(n) = spill
+        .and_then(|p| p.strip_prefix("/proc/self/fd/"))
+        .and_then(|n| n.parse::<std::ffi::c_int>().ok())
+    {
+        crate::sys::close_fd(n);
+    }
     // SAFETY: base..base+FILE_BYTES is a fresh read-write mapping; the decoding table lies
     // inside it, and nothing else uses it yet.
     let table = unsafe { std::slice::from_raw_parts_mut(base.add(DECODE_OFFSET), DECODE_ENTRIES) };

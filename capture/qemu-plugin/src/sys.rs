@@ -412,6 +412,18 @@ impl Watchpoint {
     pub fn fd(&self) -> c_int {
         self.fd
     }
+
+    /// Goes on through descriptor `fd`, a copy of its own; the old number is left open (the
+    /// guest's call that is about to take it closes it).
+    pub fn renumber(&mut self, fd: c_int) {
+        self.fd = fd;
+    }
+
+    /// Lets the guest's call that is about to close the descriptor close it (not closed here,
+    /// where the number may be the guest's again by then).
+    pub fn abandon(self) {
+        std::mem::forget(self);
+    }
 }
 
 /// Stops the watchpoint whose perf descriptor is `fd`. Async-signal-safe.
@@ -515,6 +527,87 @@ const F_OWNER_TID: c_int = 0;
 const RING_PAGES: usize = 8;
 const PAGE: usize = 4096;
 
+/// The lowest number the plugin gives its own descriptors: half the soft descriptor limit
+/// (512 under the usual 1024), far above the numbers a program opens or names (`exec 3>f`,
+/// bash's 10 and 255), and below the limit so that it stays valid.
+fn high_floor() -> c_int {
+    // SAFETY: getrlimit fills the struct it is given.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid resource and pointer.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        1024
+    };
+    (soft / 2).clamp(10, 1 << 16) as c_int
+}
+
+/// A copy of descriptor `fd` (close-on-exec) numbered `min` or more; `None` if there is none.
+fn dup_from(fd: c_int, min: c_int) -> Option<c_int> {
+    // SAFETY: fcntl on a descriptor we hold; it fails cleanly on a bad one.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) };
+    (new >= 0).then_some(new)
+}
+
+/// Renumbers our descriptor `fd` into the high numbers (see [`high_floor`]) and closes the old
+/// number, so that the guest, which shares the descriptor table, neither sees it where it
+/// opens or names its own nor closes it by accident. Returns the new number, or `fd` if no
+/// higher one is free.
+pub fn move_high(fd: c_int) -> c_int {
+    if fd >= high_floor() {
+        return fd;
+    }
+    match dup_from(fd, high_floor()) {
+        Some(new) => {
+            // SAFETY: the old number is ours and has a copy now.
+            unsafe { libc::close(fd) };
+            new
+        }
+        None => fd,
+    }
+}
+
+/// A copy of our descriptor `fd` numbered outside `lo..=hi` (a guest's `close`, `dup2` or
+/// `close_range` is about to take that range), leaving `fd` itself open for the guest's call
+/// to close; `None` if every free number is inside the range.
+///
+/// The copy goes to the lowest free number from half the usual floor, else above the range:
+/// a program that closes every number upwards (`for (fd = 3; fd < max; fd++) close(fd)`) has
+/// passed the first already, where one above its position would be closed again at each step.
+pub fn dup_outside(fd: c_int, lo: u64, hi: u64) -> Option<c_int> {
+    let outside = |n: c_int| (n as u64) < lo || (n as u64) > hi;
+    let low = dup_from(fd, (high_floor() / 2).max(3))?;
+    if outside(low) {
+        return Some(low);
+    }
+    close_fd(low);
+    let min = c_int::try_from(hi.saturating_add(1)).ok()?;
+    dup_from(fd, min).filter(|&n| outside(n))
+}
+
+/// Runs `f` on our open descriptor `fd` as a `File`, without closing it after.
+pub fn with_file<R>(fd: c_int, f: impl FnOnce(&std::fs::File) -> R) -> R {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `fd` is open and ours; ManuallyDrop keeps the File from closing it.
+    let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+    f(&file)
+}
+
+/// Closes our descriptor `fd`.
+pub fn close_fd(fd: c_int) {
+    // SAFETY: closing a number; the callers own it.
+    unsafe { libc::close(fd) };
+}
+
+/// Whether descriptors `a` and `b` of this process refer to the same open file (kcmp);
+/// false when they do not, or the kernel cannot tell.
+pub fn same_file(a: c_int, b: c_int) -> bool {
+    const KCMP_FILE: c_int = 0;
+    let pid = pid();
+    // SAFETY: kcmp compares two descriptors of our own process; it reads nothing of ours.
+    unsafe { libc::syscall(libc::SYS_kcmp, pid, pid, KCMP_FILE, a, b) == 0 }
+}
+
 /// A perf event: its `type` and `config` (perf_event_open(2)), and the `precise_ip` level
 /// address sampling needs (PEBS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -540,7 +633,7 @@ fn open_event(attr: &PerfEventAttr) -> std::io::Result<c_int> {
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(fd as c_int)
+    Ok(move_high(fd as c_int))
 }
 
 /// Reads the value of the counting perf event whose descriptor is `fd`. Async-signal-safe.
