@@ -448,6 +448,81 @@ fn live_rdx_adapts_its_period_by_default_and_stays_accurate() {
     assert!(out.starts_with("reuse_loops small="), "{out}");
 }
 
+/// 100 worker threads, all alive at once (a barrier holds them): each sweeps its own 1024
+/// words 200 times, so every reuse is 1024 of the thread's own accesses apart.
+const WIDE: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#define T 100
+static pthread_barrier_t bar;
+static void *work(void *arg) {
+    volatile long *a = malloc(1024 * sizeof(long));
+    for (int i = 0; i < 1024; i++) a[i] = i + (long)arg;
+    pthread_barrier_wait(&bar);
+    long s = 0;
+    for (int r = 0; r < 200; r++)
+        for (int i = 0; i < 1024; i++) s += a[i];
+    pthread_barrier_wait(&bar);
+    return (void *)s;
+}
+int main(void) {
+    pthread_t tid[T];
+    pthread_barrier_init(&bar, NULL, T + 1);
+    for (long t = 0; t < T; t++) pthread_create(&tid[t], NULL, work, (void *)t);
+    pthread_barrier_wait(&bar);
+    pthread_barrier_wait(&bar);
+    long sum = 0;
+    for (int t = 0; t < T; t++) {
+        void *r;
+        pthread_join(tid[t], &r);
+        sum += (long)r;
+    }
+    printf("wide sum=%ld\n", sum);
+    return 0;
+}
+"#;
+
+#[test]
+fn live_rdx_follows_a_hundred_threads_at_once() {
+    if !have("qemu-x86_64", "live RDX of a program with 100 threads") {
+        return;
+    }
+    let dir = temp_dir("reuse-live-wide");
+    build_c(&dir, "wide", WIDE, &["-O1", "-pthread"]);
+    capture(&dir, "wide.mgbt", &["./wide"]);
+    let exact = reuse_json(&dir, &["--rdx", "wide.mgbt", "--period", "2048"]);
+    let v = live_json(&dir, "2048", &["./wide"]);
+    // Before, threads beyond 64 at once ran unsampled and uncounted (a note said so).
+    let notes = v["notes"].to_string();
+    assert!(!notes.contains("more than"), "{notes}");
+    assert_eq!(v["threads"], 101, "{notes}");
+    assert_eq!(exact["threads"], 101);
+    assert_counts_like_the_trace(&v, &exact, "100 threads");
+    let w = &v["words"];
+    // 20.5 M accesses at one sample per 2048: about 10000, most of them trapped.
+    assert!(w["samples"].as_u64().unwrap() > 8000, "{w}");
+    assert!(w["traps"].as_u64().unwrap() > 5000, "{w}");
+    let (want, got) = (stack(&exact, "exact_time"), stack(&v, "time"));
+    let s = accuracy_s(&want, &got);
+    assert!(s >= 0.9, "live time S {s}: {got:?} vs exact {want:?}");
+    // Timed in each thread's own accesses: the sweep's reuses lie 1024 apart (9903 traps
+    // with a mean of 1024 here); counted in everyone's accesses they would lie ~100x further.
+    let sweep = v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["use_source"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("work"))
+                && p["traps"].as_u64().unwrap() > 1000
+        })
+        .unwrap_or_else(|| panic!("no sweep pair: {}", v["pairs"]));
+    let mean = sweep["mean_time"].as_f64().unwrap();
+    assert!((1000.0..1050.0).contains(&mean), "{sweep}");
+}
+
 #[test]
 fn live_rdx_keeps_sampling_when_the_program_closes_every_descriptor() {
     if !have("qemu-x86_64", "live RDX under QEMU") {

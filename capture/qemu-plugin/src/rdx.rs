@@ -32,10 +32,16 @@ use crate::sys::{self, Watchpoint};
 /// Debug registers used at most (x86 has 4; perf may give fewer).
 pub const MAX_WATCH: usize = 4;
 /// Guest threads followed at once (by vCPU index: QEMU numbers a new thread one above the
-/// highest index alive); threads beyond run unsampled, and the report says so.
-pub const MAX_THREADS: usize = 64;
-/// Marks the SIGTRAPs of our watchpoints (`sig_data = MAGIC << 16 | vcpu << 8 | register`).
+/// highest index alive); threads beyond run unsampled, and the report says so. Their
+/// per-thread state is zero until used (`Vcpu::new`), so the table costs no memory
+/// until threads run; each followed thread also holds `MAX_WATCH` descriptors (see `fds`).
+pub const MAX_THREADS: usize = 1024;
+/// Marks the SIGTRAPs of our watchpoints (`sig_data = MAGIC << 16 | vcpu << 2 | register`).
 const MAGIC: u64 = 0x6d67_6264_7278; // "mgbdrx"
+const _: () = assert!(
+    MAX_WATCH <= 4 && MAX_THREADS <= 1 << 14,
+    "sig_data's fields"
+);
 const RING: usize = 64;
 
 /// Live RDX is the plugin's mode.
@@ -76,7 +82,7 @@ struct Vcpu {
     started: AtomicBool,
     /// Registers armed now (for the signal handler).
     armed: [AtomicBool; MAX_WATCH],
-    /// The registers' perf descriptors (for the signal handler).
+    /// The registers' perf descriptors plus one (0: none), for the signal handler.
     fds: [AtomicI32; MAX_WATCH],
     /// Traps not yet logged: `register << 56 | time`.
     traps: [AtomicU64; RING],
@@ -84,19 +90,32 @@ struct Vcpu {
 }
 
 impl Vcpu {
+    /// All zero, so that the table of them takes no room in the library and no memory until
+    /// a thread runs on it. A slot no thread follows has `skip_left` zero: a stray access
+    /// there takes the slow path once, which finds it not live and sets it to `u64::MAX`.
     const fn new() -> Vcpu {
         Vcpu {
             live: AtomicBool::new(false),
             mark: AtomicU64::new(0),
-            set: AtomicU64::new(u64::MAX),
-            skip_left: AtomicU64::new(u64::MAX),
+            set: AtomicU64::new(0),
+            skip_left: AtomicU64::new(0),
             resume: AtomicU64::new(0),
-            started: AtomicBool::new(true),
+            started: AtomicBool::new(false),
             armed: [const { AtomicBool::new(false) }; MAX_WATCH],
-            fds: [const { AtomicI32::new(-1) }; MAX_WATCH],
+            fds: [const { AtomicI32::new(0) }; MAX_WATCH],
             traps: [const { AtomicU64::new(0) }; RING],
             traps_in: AtomicUsize::new(0),
         }
+    }
+
+    /// Register `k`'s perf descriptor (-1: none). Async-signal-safe.
+    fn fd(&self, k: usize) -> std::ffi::c_int {
+        self.fds[k].load(Ordering::Acquire) - 1
+    }
+
+    /// Sets register `k`'s perf descriptor (-1: none); returns the one it had.
+    fn set_fd(&self, k: usize, fd: std::ffi::c_int) -> std::ffi::c_int {
+        self.fds[k].swap(fd + 1, Ordering::AcqRel) - 1
     }
 
     /// The thread's time. Async-signal-safe.
@@ -314,9 +333,9 @@ impl State {
     /// Logs thread `v`'s end at `now` (its registers closed) and stops following it.
     fn end_thread(&mut self, v: usize, now: u64) {
         let c = &VCPUS[v];
-        for (armed, fd) in c.armed.iter().zip(&c.fds) {
+        for (k, armed) in c.armed.iter().enumerate() {
             armed.store(false, Ordering::Release);
-            let fd = fd.swap(-1, Ordering::AcqRel);
+            let fd = c.set_fd(k, -1);
             if fd >= 0 {
                 sys::disarm_watchpoint(fd);
             }
@@ -359,12 +378,13 @@ impl State {
         let Some(t) = self.threads[v].as_mut() else {
             return Err(format!("thread on vCPU {v} is not followed"));
         };
-        for (k, fd) in VCPUS[v].fds.iter().enumerate().take(watch) {
+        let c = &VCPUS[v];
+        for k in 0..watch {
             let w = match Watchpoint::open(addr & !7) {
                 Ok(w) => w,
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    for (fd, _) in VCPUS[v].fds.iter().zip(t.watch.drain(..)) {
-                        fd.store(-1, Ordering::Release);
+                    for (k, _) in t.watch.drain(..).enumerate() {
+                        c.set_fd(k, -1);
                     }
                     return Ok(false);
                 }
@@ -372,7 +392,7 @@ impl State {
                     "cannot set hardware watchpoint {k} through perf_event_open (PERF_TYPE_BREAKPOINT): {e}; live RDX needs the breakpoint PMU (see kernel.perf_event_paranoid)"
                 )),
             };
-            fd.store(w.fd(), Ordering::Release);
+            c.set_fd(k, w.fd());
             t.watch.push(w);
         }
         Ok(true)
@@ -392,8 +412,9 @@ impl State {
                     // Taken as a sample no register could hold; the next one tries again.
                     self.unwatched += 1;
                     if self.unwatched == 1 {
+                        let (limit, watch) = (sys::descriptor_limit(), self.args.watch);
                         self.log(format_args!(
-                            "N the program held every descriptor number when a sample came: samples then were dropped as if every watchpoint were busy\n"
+                            "N no free descriptor when a sample came (ulimit -n {limit} holds the program's files and {watch} per sampled thread): samples then were dropped as if every watchpoint were busy; a higher ulimit -n watches more threads\n"
                         ));
                     }
                 }
@@ -451,7 +472,7 @@ impl State {
             Some(k) => {
                 let c = &VCPUS[v];
                 c.armed[k].store(true, Ordering::Release);
-                let data = MAGIC << 16 | (v as u64) << 8 | k as u64;
+                let data = MAGIC << 16 | (v as u64) << 2 | k as u64;
                 if t.watch[k].arm(word, 8, data) {
                     t.busy[k] = true;
                     Ok(Some(k))
@@ -519,12 +540,12 @@ fn on_trap(data: u64) -> bool {
     if data >> 16 != MAGIC {
         return false;
     }
-    let v = ((data >> 8) & 0xff) as usize;
-    let k = (data & 0xff) as usize;
+    let v = ((data >> 2) & 0x3fff) as usize;
+    let k = (data & 3) as usize;
     let (Some(c), true) = (VCPUS.get(v), k < MAX_WATCH) else {
         return true;
     };
-    let fd = c.fds[k].load(Ordering::Acquire);
+    let fd = c.fd(k);
     if fd >= 0 {
         sys::disarm_watchpoint(fd);
     }
@@ -853,7 +874,7 @@ pub fn before_syscall(vcpu: u32, lo: u64, hi: u64) {
                 Some(new) => {
                     crate::fds::moved(vcpu, w.fd(), new);
                     w.renumber(new);
-                    c.fds[k].store(new, Ordering::Release);
+                    c.set_fd(k, new);
                 }
                 None => kept = false,
             }
@@ -863,7 +884,7 @@ pub fn before_syscall(vcpu: u32, lo: u64, hi: u64) {
         }
         for (k, w) in t.watch.drain(..).enumerate() {
             c.armed[k].store(false, Ordering::Release);
-            c.fds[k].store(-1, Ordering::Release);
+            c.set_fd(k, -1);
             t.busy[k] = false;
             t.since[k] = 0;
             if inside(w.fd()) {

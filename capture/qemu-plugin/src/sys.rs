@@ -527,19 +527,23 @@ const F_OWNER_TID: c_int = 0;
 const RING_PAGES: usize = 8;
 const PAGE: usize = 4096;
 
+/// The soft limit on descriptors (`ulimit -n`), or 1024 if unknown.
+pub fn descriptor_limit() -> u64 {
+    // SAFETY: getrlimit fills the struct it is given.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid resource and pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        1024
+    }
+}
+
 /// The lowest number the plugin gives its own descriptors: half the soft descriptor limit
 /// (512 under the usual 1024), far above the numbers a program opens or names (`exec 3>f`,
 /// bash's 10 and 255), and below the limit so that it stays valid.
 fn high_floor() -> c_int {
-    // SAFETY: getrlimit fills the struct it is given.
-    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid resource and pointer.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-        lim.rlim_cur
-    } else {
-        1024
-    };
-    (soft / 2).clamp(10, 1 << 16) as c_int
+    (descriptor_limit() / 2).clamp(10, 1 << 16) as c_int
 }
 
 /// A copy of descriptor `fd` (close-on-exec) numbered `min` or more; `None` if there is none.
