@@ -523,6 +523,89 @@ fn live_rdx_follows_a_hundred_threads_at_once() {
     assert!((1000.0..1050.0).contains(&mean), "{sweep}");
 }
 
+/// Sweeps 65536 words 100 times, sets its own SIGTRAP disposition (a handler that counts,
+/// or SIG_IGN), sweeps 100 times more, then raises SIGTRAP 3 times itself.
+const TRAPPER: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static volatile int got;
+static void on(int s) { (void)s; got++; }
+__attribute__((noipa)) long first(volatile long *a, long n) {
+    long s = 0;
+    for (int r = 0; r < 100; r++) for (long i = 0; i < n; i++) s += a[i];
+    return s;
+}
+__attribute__((noipa)) long second(volatile long *a, long n) {
+    long s = 0;
+    for (int r = 0; r < 100; r++) for (long i = n - 1; i >= 0; i--) s += a[i];
+    return s;
+}
+int main(int argc, char **argv) {
+    long n = 65536;
+    volatile long *a = malloc(n * sizeof(long));
+    for (long i = 0; i < n; i++) a[i] = i;
+    long s = first(a, n);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = argc > 1 && strcmp(argv[1], "ignore") == 0 ? SIG_IGN : on;
+    sigaction(SIGTRAP, &sa, NULL);
+    s += second(a, n);
+    for (int i = 0; i < 3; i++) raise(SIGTRAP);
+    printf("trapper sum=%ld handled=%d\n", s, got);
+    return 0;
+}
+"#;
+
+#[test]
+fn live_rdx_keeps_its_traps_when_the_program_sets_its_own_sigtrap_handler() {
+    if !have("qemu-x86_64", "live RDX under QEMU") {
+        return;
+    }
+    let dir = temp_dir("reuse-live-trapper");
+    build_c(&dir, "trapper", TRAPPER, &["-O2", "-g"]);
+    // QEMU sets the host's SIGTRAP handler when the guest sets its own. Before, that took
+    // the watchpoints' traps: the program's handler ran 393 times instead of 3, and the
+    // second sweep's reuses went unrecorded (4 traps, against 251 in the first).
+    for (how, handled) in [("handler", 3), ("ignore", 0)] {
+        let o = mgbench(
+            &[
+                "reuse",
+                "--quiet",
+                "--backend",
+                "qemu",
+                "-o",
+                "live.json",
+                "--",
+                "./trapper",
+                how,
+            ],
+            &dir,
+        );
+        assert!(o.status.success(), "{how}: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains(&format!("handled={handled}")),
+            "{how}: {}",
+            stdout(&o)
+        );
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
+        let traps_in = |f: &str| -> u64 {
+            v["pairs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["use_source"].as_str().is_some_and(|s| s.starts_with(f)))
+                .map(|p| p["traps"].as_u64().unwrap())
+                .sum()
+        };
+        // 119-120 and 252-253 here.
+        assert!(traps_in("second ") >= 50, "{how}: {}", v["pairs"]);
+        assert!(traps_in("first ") >= 50, "{how}: {}", v["pairs"]);
+    }
+}
+
 #[test]
 fn live_rdx_keeps_sampling_when_the_program_closes_every_descriptor() {
     if !have("qemu-x86_64", "live RDX under QEMU") {

@@ -709,6 +709,11 @@ extern "C" fn rdx_vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
 }
 
 extern "C" fn rdx_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
+    // x86-64 rt_sigaction: QEMU may have replaced the host's SIGTRAP handler.
+    const RT_SIGACTION: i64 = 13;
+    if num == RT_SIGACTION {
+        sys::keep_trap_hook_in_front();
+    }
     fds::after_syscall(vcpu, num, ret);
     rdx::syscall_returned(vcpu, num);
 }

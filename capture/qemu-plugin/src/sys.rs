@@ -444,10 +444,21 @@ impl Drop for Watchpoint {
 pub type TrapHook = fn(u64) -> bool;
 
 static TRAP_HOOK: std::sync::OnceLock<(TrapHook, libc::sigaction)> = std::sync::OnceLock::new();
+/// The handler installed behind ours since (see [`keep_trap_hook_in_front`]); null: the one
+/// in `TRAP_HOOK`. Each is leaked (a guest changes it a few times at most).
+static TRAP_BEHIND: std::sync::atomic::AtomicPtr<libc::sigaction> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
 extern "C" fn on_trap(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    let Some((hook, old)) = TRAP_HOOK.get() else {
+    let Some((hook, first)) = TRAP_HOOK.get() else {
         return;
+    };
+    let behind = TRAP_BEHIND.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer there is a leaked Box that is never freed.
+    let old = if behind.is_null() {
+        first
+    } else {
+        unsafe { &*behind }
     };
     // SAFETY: the kernel passes a valid siginfo; for TRAP_PERF the perf data (an unsigned
     // long) follows si_addr, at byte 24 of the x86-64 layout.
@@ -465,13 +476,10 @@ extern "C" fn on_trap(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) 
 
 /// Calls the handler `old` as the kernel would have.
 fn chain(old: &libc::sigaction, sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    if old.sa_flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: an SA_SIGINFO handler has this signature; called in the same signal
-        // context.
-        let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
-            unsafe { std::mem::transmute(old.sa_sigaction) };
-        f(sig, info, ctx);
-    } else if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
+    // By value first: QEMU sets SIG_IGN with SA_SIGINFO among its flags.
+    if old.sa_sigaction == libc::SIG_IGN {
+        // Ignored: nothing to do.
+    } else if old.sa_sigaction == libc::SIG_DFL {
         // Take the default action: put it back and raise the signal again (a fault would
         // recur when the instruction is retried, a trap would not).
         // SAFETY: plain sigaction call with a zeroed (default) action, then raise.
@@ -481,6 +489,12 @@ fn chain(old: &libc::sigaction, sig: c_int, info: *mut libc::siginfo_t, ctx: *mu
             libc::sigaction(sig, &dfl, std::ptr::null_mut());
             libc::raise(sig);
         }
+    } else if old.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: an SA_SIGINFO handler has this signature; called in the same signal
+        // context.
+        let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+            unsafe { std::mem::transmute(old.sa_sigaction) };
+        f(sig, info, ctx);
     } else {
         // SAFETY: a plain handler has this signature.
         let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(old.sa_sigaction) };
@@ -509,6 +523,34 @@ pub fn unblock_sigtrap() {
 /// its handlers (from a callback).
 pub fn install_trap_hook(hook: TrapHook) -> Result<(), String> {
     install_in_front(libc::SIGTRAP, &TRAP_HOOK, hook, on_trap)
+}
+
+/// Puts the SIGTRAP hook back in front if something replaced it. QEMU user mode sets the
+/// host's handler for a signal whenever the guest sets its own (`sigaction(SIGTRAP, ...)`:
+/// QEMU's handler, or SIG_IGN), which would take the watchpoints' traps from us: the guest's
+/// handler would get them (a program that counted its SIGTRAPs saw 393 instead of 3) and
+/// the reuses after that call went unrecorded. The new handler goes behind ours, for the
+/// SIGTRAPs that are not ours. Call it after each guest `rt_sigaction` (cheap: one query).
+pub fn keep_trap_hook_in_front() {
+    if TRAP_HOOK.get().is_none() {
+        return;
+    }
+    // SAFETY: sigaction with zero-initialised structs; the hook's handler has the SA_SIGINFO
+    // signature and keeps the new handler's flags and mask.
+    unsafe {
+        let mut now: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGTRAP, std::ptr::null(), &mut now) != 0
+            || now.sa_sigaction == on_trap as *const () as usize
+        {
+            return;
+        }
+        TRAP_BEHIND.store(Box::into_raw(Box::new(now)), Ordering::Release);
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_trap as *const () as usize;
+        act.sa_flags = (now.sa_flags | libc::SA_SIGINFO) & !libc::SA_RESETHAND;
+        act.sa_mask = now.sa_mask;
+        libc::sigaction(libc::SIGTRAP, &act, std::ptr::null_mut());
+    }
 }
 
 // ---- Native live RDX (preloaded into the program, no QEMU): PMU sampling through perf ----
