@@ -498,7 +498,16 @@ fn live_rdx_follows_a_hundred_threads_at_once() {
     assert!(!notes.contains("more than"), "{notes}");
     assert_eq!(v["threads"], 101, "{notes}");
     assert_eq!(exact["threads"], 101);
-    assert_counts_like_the_trace(&v, &exact, "100 threads");
+    // 100 threads meeting at a barrier and in malloc make a number of accesses that
+    // depends on timing (lock retries): the counts agree to 0.1%, not to the access.
+    let (live_n, trace_n) = (
+        v["accesses"].as_f64().unwrap(),
+        exact["accesses"].as_f64().unwrap(),
+    );
+    assert!(
+        (live_n / trace_n - 1.0).abs() < 1e-3,
+        "live counts {live_n} accesses, the full trace {trace_n}"
+    );
     let w = &v["words"];
     // 20.5 M accesses at one sample per 2048: about 10000, most of them trapped.
     assert!(w["samples"].as_u64().unwrap() > 8000, "{w}");
@@ -742,25 +751,38 @@ fn live_rdx_follows_every_thread_like_the_trace() {
         let w = &v["words"];
         assert!(w["samples"].as_u64().unwrap() > 500, "{sigblock}: {w}");
         traps.push(w["traps"].as_f64().unwrap());
-        // The time histogram, timed in each thread's own accesses, against the exact one
-        // (six runs here: 0.895-0.947, 0.84 once in twenty under load: the threads'
-        // interleaving changes which accesses are sampled; the converted stack histogram,
-        // 0.897-0.956 in the same six runs, can move the x vector's reuses a bin when its
-        // few uses without reuse weigh much, so scripts/rdx-accuracy.py measures it over
-        // seeds instead).
+        // The time histogram, timed in each thread's own accesses, against the exact one,
+        // over 4 seeds: one run's S is 0.81-0.96 here (12 runs of this build and of the one
+        // before the change, with no other load), lower alongside the rest of the suite (0.77
+        // once), as the threads' interleaving changes which accesses are sampled; its peak
+        // bin 0.34-0.65. (The converted stack histogram can move the x vector's reuses a bin
+        // when its few uses without reuse weigh much: scripts/rdx-accuracy.py measures it
+        // over seeds.)
         let want = stack(&exact, "exact_time");
-        let got = stack(&v, "time");
+        let mut got = stack(&v, "time");
+        for seed in ["2", "3", "4"] {
+            let mut a = vec!["reuse", "--quiet", "--backend", "qemu", "--period", "2048"];
+            a.extend(["--seed", seed, "-o", "seed.json", "--"]);
+            a.extend(args.iter().copied());
+            let o = mgbench(&a, &dir);
+            assert!(o.status.success(), "{}", stderr(&o));
+            let more: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(dir.join("seed.json")).unwrap()).unwrap();
+            for (g, x) in got.iter_mut().zip(stack(&more, "time")) {
+                *g += x;
+            }
+        }
+        got.iter_mut().for_each(|g| *g /= 4.0);
         let s = accuracy_s(&want, &got);
         assert!(
-            s >= 0.8,
-            "{sigblock}: live time S {s}: {got:?} vs exact {want:?}"
+            s >= 0.85,
+            "{sigblock}: live time S {s} (4 seeds): {got:?} vs exact {want:?}"
         );
         // Each worker reuses its part of x about 100 K of its own accesses apart (64K-128K);
         // counted in both workers' accesses, the other's in between, they would lie further.
-        // (The live peak was 0.29 once in 13 runs here, alongside the rest of the suite.)
         let (peak, beyond) = (got[5], got[6..].iter().sum::<f64>());
         assert!(
-            want[5] > 0.3 && peak > 0.25 && beyond < 0.05,
+            want[5] > 0.3 && peak > 0.3 && beyond < 0.05,
             "{sigblock}: live time bins {got:?} vs exact {want:?}"
         );
     }
