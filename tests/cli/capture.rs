@@ -303,7 +303,10 @@ fn switched_sampling_counts_every_skipped_access_exactly() {
     // Skips of 2^18 and more are counted inline, windows switched in by retranslation.
     let short: &[&str] = &["--sample-window", "1024", "--sample-period", "263168"];
     let cases: [(&str, &[&str], &[&str]); 3] = [
-        ("gather", &["--reps=80"], short),
+        // (Long enough for several windows when the suite's other tests load both CPUs:
+        // the switch lands when the poller looks, 21-24 windows of a possible 40 at
+        // --reps=80 with no other load, 3 once under the suite's.)
+        ("gather", &["--reps=200"], short),
         // Debian's Python, not one of the demos (-P: it lists its own directories, not the
         // test's, so both runs do the same; hash seed fixed below). Its libc locks make
         // accesses in QEMU's helpers, which reach the memory callbacks through the
