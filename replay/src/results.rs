@@ -139,18 +139,114 @@ pub fn save_gpu_stream(
     Ok((json, csv))
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+/// Where [`write_atomically`] puts `path`'s bytes: `Direct` for a device, pipe or socket
+/// (`-o /dev/null`, `-o /dev/stdout` on a pipe), written as it is, since a rename would put
+/// a regular file in its place (as root, over /dev/null itself); otherwise the regular file
+/// to replace, with a symbolic link followed so that the file it names is replaced and the
+/// link stays.
+#[derive(Debug, PartialEq, Eq)]
+pub enum OutputTarget {
+    Direct,
+    Replace(PathBuf),
+}
+
+/// See [`OutputTarget`].
+pub fn output_target(path: &Path) -> OutputTarget {
+    match fs::metadata(path) {
+        Ok(m) if !m.is_file() && !m.is_dir() => OutputTarget::Direct,
+        _ => match fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                OutputTarget::Replace(fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
+            }
+            _ => OutputTarget::Replace(path.to_path_buf()),
+        },
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename,
+/// so that a reader never sees half a file (a device or pipe is written directly, and a
+/// symbolic link's file is replaced: see [`output_target`]).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
     let err = |cause| ResultsError::Write {
         path: path.to_path_buf(),
         cause,
     };
-    let mut tmp = path.as_os_str().to_owned();
+    let target = match output_target(path) {
+        OutputTarget::Direct => {
+            let mut f = fs::OpenOptions::new().write(true).open(path).map_err(err)?;
+            return f.write_all(bytes).map_err(err);
+        }
+        OutputTarget::Replace(p) => p,
+    };
+    let mut tmp = target.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     let mut f = fs::File::create(&tmp).map_err(err)?;
     f.write_all(bytes).map_err(err)?;
     f.sync_data().map_err(err)?;
     drop(f);
-    fs::rename(&tmp, path).map_err(err)
+    fs::rename(&tmp, &target).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("mgbench-results-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_file_or_a_new_path_is_replaced_whole() {
+        let d = temp("file");
+        let p = d.join("r.json");
+        assert_eq!(output_target(&p), OutputTarget::Replace(p.clone()));
+        write_atomically(&p, b"one").unwrap();
+        write_atomically(&p, b"two").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert!(!d.join("r.json.tmp").exists());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_symbolic_link_keeps_pointing_at_its_file() {
+        let d = temp("link");
+        let real = d.join("real.json");
+        fs::write(&real, b"old").unwrap();
+        let link = d.join("link.json");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        write_atomically(&link, b"new").unwrap();
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read(&real).unwrap(), b"new");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_device_or_pipe_is_written_as_it_is() {
+        // Before, `-o /dev/null` renamed a file over /dev/null (as root): the machine's
+        // /dev/null became a regular file holding whatever was written to it next.
+        assert_eq!(output_target(Path::new("/dev/null")), OutputTarget::Direct);
+        let d = temp("fifo");
+        let fifo = d.join("out");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || fs::read(fifo).unwrap())
+        };
+        write_atomically(&fifo, b"through the pipe").unwrap();
+        assert_eq!(reader.join().unwrap(), b"through the pipe");
+        use std::os::unix::fs::FileTypeExt;
+        assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        fs::remove_dir_all(&d).unwrap();
+    }
 }

@@ -14,6 +14,7 @@ use mgbench_capture::import::{import_meta, ImportKind};
 use mgbench_capture::stats::trace_info;
 use mgbench_capture::symbols::Symbolizer;
 use mgbench_capture::trace::{EndInfo, Frame, Mode, TraceReader, TraceWriter};
+use mgbench_replay::results::{output_target, OutputTarget};
 
 use super::progress::{Display, Style};
 use super::replay::non_negative;
@@ -509,12 +510,22 @@ pub fn import(args: ImportArgs) -> Result<i32> {
         );
     }
     // Written beside the output and renamed at the end: a failed import leaves an existing
-    // OUTPUT as it was.
-    let mut temp = args.output.as_os_str().to_owned();
-    temp.push(".tmp");
-    let temp = PathBuf::from(temp);
-    let out = std::fs::File::create(&temp)
-        .with_context(|| format!("cannot create {}", temp.display()))?;
+    // OUTPUT as it was. A device or pipe (`-o /dev/null`) is written directly (a rename would
+    // put a file in its place), a symbolic link's file is replaced.
+    let (temp, rename_to) = match output_target(&args.output) {
+        OutputTarget::Direct => (args.output.clone(), None),
+        OutputTarget::Replace(path) => {
+            let mut temp = path.as_os_str().to_owned();
+            temp.push(".tmp");
+            (PathBuf::from(temp), Some(path))
+        }
+    };
+    let out = if rename_to.is_some() {
+        std::fs::File::create(&temp)
+    } else {
+        std::fs::OpenOptions::new().write(true).open(&temp)
+    }
+    .with_context(|| format!("cannot create {}", temp.display()))?;
     let bar = Display::start(&progress, Style::Bytes);
     let imported = TraceWriter::create(BufWriter::new(out), &meta)
         .with_context(|| format!("cannot write {}", temp.display()))
@@ -533,17 +544,16 @@ pub fn import(args: ImportArgs) -> Result<i32> {
     let summary = match imported {
         Ok(s) => s,
         Err(e) => {
-            let _ = std::fs::remove_file(&temp);
+            if rename_to.is_some() {
+                let _ = std::fs::remove_file(&temp);
+            }
             return Err(e);
         }
     };
-    std::fs::rename(&temp, &args.output).with_context(|| {
-        format!(
-            "cannot move {} to {}",
-            temp.display(),
-            args.output.display()
-        )
-    })?;
+    if let Some(path) = &rename_to {
+        std::fs::rename(&temp, path)
+            .with_context(|| format!("cannot move {} to {}", temp.display(), path.display()))?;
+    }
     eprintln!(
         "mgbench: imported {} accesses ({} thread(s), {} sample(s)) from {} -> {}",
         summary.accesses,
