@@ -72,9 +72,6 @@ fn main() {
     ] {
         cmd.env_remove(var);
     }
-    // Nothing to read: cargo's probe of rustc (`rustc - --print=...`) reads the standard
-    // input it inherits, and a build started with junk there (a CI harness's) failed.
-    cmd.stdin(std::process::Stdio::null());
     let status = cmd.status().unwrap_or_else(|e| {
         panic!("cannot start cargo to build the QEMU plugin: {e}");
     });
