@@ -78,8 +78,12 @@ impl ElfImage {
         })?;
         if !data.starts_with(b"\x7fELF") {
             let why = if data.starts_with(b"#!") {
-                "it is a script: capture its interpreter, e.g. `mgbench capture -- /bin/sh SCRIPT`"
-                    .to_string()
+                let first = data.split(|&b| b == b'\n').next().unwrap_or_default();
+                let line = String::from_utf8_lossy(&first[..first.len().min(160)]);
+                format!(
+                    "it is a script ({}): give its interpreter and the script, e.g. `-- /bin/sh SCRIPT`; a script that starts another program with exec (a launcher, a version manager's shim) leaves QEMU there, so give that program itself",
+                    line.trim()
+                )
             } else {
                 "no ELF magic".to_string()
             };

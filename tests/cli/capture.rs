@@ -552,7 +552,10 @@ fn bad_programs_are_refused_before_anything_runs() {
             (dir.join("missing"), "cannot find program"),
             (dir.join("noexec"), "no execute permission"),
             (dir.join("data"), "not an ELF file"),
-            (dir.join("script.sh"), "script"),
+            (
+                dir.join("script.sh"),
+                "it is a script (#!/bin/sh): give its interpreter",
+            ),
             (dir.join("arm64"), "x86-64"),
         ]
     };
