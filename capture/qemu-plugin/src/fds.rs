@@ -179,10 +179,18 @@ pub fn ours() -> bool {
     PID.load(Ordering::Relaxed) == std::process::id()
 }
 
-/// Notes a copy `new` of our descriptor `old`, made before vCPU `vcpu`'s call that takes
-/// `old`: if that call fails, [`after_syscall`] closes `old` (still ours then).
-pub fn moved(vcpu: u32, old: c_int, new: c_int) {
-    lock(&MOVED).push((vcpu + 1, old, new));
+/// Whether descriptor `fd` is among `lo..=hi`, the ones a guest call takes.
+pub fn taken(fd: c_int, lo: u64, hi: u64) -> bool {
+    fd >= 0 && (lo..=hi).contains(&(fd as u64))
+}
+
+/// Moves our descriptor `fd` out of `lo..=hi` before vCPU `vcpu`'s call takes that range:
+/// the copy's number, or `None` if every free number is inside. If the call fails,
+/// [`after_syscall`] closes `fd` again (still ours then).
+pub fn move_out(vcpu: u32, fd: c_int, lo: u64, hi: u64) -> Option<c_int> {
+    let new = sys::dup_outside(fd, lo, hi)?;
+    lock(&MOVED).push((vcpu + 1, fd, new));
+    Some(new)
 }
 
 /// Before vCPU `vcpu`'s call that takes the descriptors `lo..=hi`: each guarded file there
@@ -191,7 +199,7 @@ pub fn before_syscall(vcpu: u32, lo: u64, hi: u64) {
     if !ours() {
         return;
     }
-    let inside = |fd: c_int| fd >= 0 && (lo..=hi).contains(&(fd as u64));
+    let inside = |fd| taken(fd, lo, hi);
     for g in lock(&GUARDED).iter() {
         if !inside(g.fd.load(Ordering::Acquire)) {
             continue;
@@ -201,11 +209,8 @@ pub fn before_syscall(vcpu: u32, lo: u64, hi: u64) {
         if !inside(fd) {
             continue;
         }
-        match sys::dup_outside(fd, lo, hi) {
-            Some(new) => {
-                g.fd.store(new, Ordering::Release);
-                moved(vcpu, fd, new);
-            }
+        match move_out(vcpu, fd, lo, hi) {
+            Some(new) => g.fd.store(new, Ordering::Release),
             None => {
                 g.closing.store(fd, Ordering::Release);
                 g.closer.store(vcpu + 1, Ordering::Release);

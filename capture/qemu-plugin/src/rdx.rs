@@ -852,7 +852,7 @@ pub fn before_syscall(vcpu: u32, lo: u64, hi: u64) {
     let Some(st) = g.as_mut() else {
         return;
     };
-    let inside = |fd: std::ffi::c_int| fd >= 0 && (lo..=hi).contains(&(fd as u64));
+    let inside = |fd| crate::fds::taken(fd, lo, hi);
     let mut dropped = false;
     for (v, c) in VCPUS.iter().enumerate() {
         if !st.threads[v]
@@ -870,9 +870,8 @@ pub fn before_syscall(vcpu: u32, lo: u64, hi: u64) {
             if !inside(w.fd()) {
                 continue;
             }
-            match sys::dup_outside(w.fd(), lo, hi) {
+            match crate::fds::move_out(vcpu, w.fd(), lo, hi) {
                 Some(new) => {
-                    crate::fds::moved(vcpu, w.fd(), new);
                     w.renumber(new);
                     c.set_fd(k, new);
                 }

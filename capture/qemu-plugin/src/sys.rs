@@ -214,20 +214,37 @@ fn install_in_front<H>(
     if slot.get().is_some() {
         return Ok(());
     }
-    // SAFETY: sigaction with zero-initialised structs; the new handler has the SA_SIGINFO
-    // signature and keeps the old handler's flags (alternate stack) and mask.
+    let old = current_action(sig)
+        .ok_or_else(|| format!("sigaction: {}", std::io::Error::last_os_error()))?;
+    let _ = slot.set((hook, old));
+    set_in_front(sig, handler, &old).map_err(|e| format!("sigaction: {e}"))
+}
+
+/// The current action for `sig`; `None` if the kernel will not say.
+fn current_action(sig: c_int) -> Option<libc::sigaction> {
+    // SAFETY: sigaction only fills the zero-initialised struct it is given.
     unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
-            return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
-        }
-        let _ = slot.set((hook, old));
+        let mut now: libc::sigaction = std::mem::zeroed();
+        (libc::sigaction(sig, std::ptr::null(), &mut now) == 0).then_some(now)
+    }
+}
+
+/// Sets `handler` for `sig`, with the flags (alternate stack) and mask of `behind`, the
+/// action it calls on for what is not its own.
+fn set_in_front(
+    sig: c_int,
+    handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void),
+    behind: &libc::sigaction,
+) -> std::io::Result<()> {
+    // SAFETY: sigaction with a zero-initialised struct; the handler has the SA_SIGINFO
+    // signature.
+    unsafe {
         let mut act: libc::sigaction = std::mem::zeroed();
         act.sa_sigaction = handler as *const () as usize;
-        act.sa_flags = (old.sa_flags | libc::SA_SIGINFO) & !libc::SA_RESETHAND;
-        act.sa_mask = old.sa_mask;
+        act.sa_flags = (behind.sa_flags | libc::SA_SIGINFO) & !libc::SA_RESETHAND;
+        act.sa_mask = behind.sa_mask;
         if libc::sigaction(sig, &act, std::ptr::null_mut()) != 0 {
-            return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
+            return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())
@@ -535,22 +552,14 @@ pub fn keep_trap_hook_in_front() {
     if TRAP_HOOK.get().is_none() {
         return;
     }
-    // SAFETY: sigaction with zero-initialised structs; the hook's handler has the SA_SIGINFO
-    // signature and keeps the new handler's flags and mask.
-    unsafe {
-        let mut now: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGTRAP, std::ptr::null(), &mut now) != 0
-            || now.sa_sigaction == on_trap as *const () as usize
-        {
-            return;
-        }
-        TRAP_BEHIND.store(Box::into_raw(Box::new(now)), Ordering::Release);
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_trap as *const () as usize;
-        act.sa_flags = (now.sa_flags | libc::SA_SIGINFO) & !libc::SA_RESETHAND;
-        act.sa_mask = now.sa_mask;
-        libc::sigaction(libc::SIGTRAP, &act, std::ptr::null_mut());
+    let Some(now) = current_action(libc::SIGTRAP) else {
+        return;
+    };
+    if now.sa_sigaction == on_trap as *const () as usize {
+        return;
     }
+    TRAP_BEHIND.store(Box::into_raw(Box::new(now)), Ordering::Release);
+    let _ = set_in_front(libc::SIGTRAP, on_trap, &now);
 }
 
 // ---- Native live RDX (preloaded into the program, no QEMU): PMU sampling through perf ----

@@ -23,9 +23,8 @@ pub fn spawn_stopped(program: &Path, args: &[OsString]) -> std::io::Result<Pid> 
     }
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
     ptrs.push(std::ptr::null());
-    // SAFETY: getpid is async-signal-safe.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: the child only calls async-signal-safe functions (prctl, getppid, raise, execv,
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the child only calls async-signal-safe functions (`die_with`, raise, execv,
     // _exit) on data prepared before the fork; the parent continues normally.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -36,8 +35,7 @@ pub fn spawn_stopped(program: &Path, args: &[OsString]) -> std::io::Result<Pid> 
         unsafe {
             // The program dies with mgbench even once it is no longer traced (recording
             // stopped on a full disk); while traced, PTRACE_O_EXITKILL does the same.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::getppid() != parent {
+            if let Ok(false) = super::sys::die_with(parent) {
                 libc::_exit(127);
             }
             libc::raise(libc::SIGSTOP);

@@ -71,21 +71,29 @@ pub fn signal_name(sig: i32) -> String {
 /// it run, and trace, on its own. Frames already written stay readable.
 pub fn die_with_parent(command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: getpid is async-signal-safe.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (prctl, getppid, _exit); it allocates nothing.
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and only calls `die_with`
+    // and _exit, which are async-signal-safe; it allocates nothing.
     unsafe {
         command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // mgbench died between fork and prctl: no signal will come.
-            if libc::getppid() != parent {
+            if !die_with(parent)? {
                 libc::_exit(1);
             }
             Ok(())
         });
+    }
+}
+
+/// In a child between fork and exec: asks the kernel to send it SIGKILL when its parent
+/// `parent` (mgbench) dies. False if the parent died already, between the fork and this
+/// call (then no signal will come). Async-signal-safe: two system calls, no allocation.
+pub fn die_with(parent: libc::pid_t) -> std::io::Result<bool> {
+    // SAFETY: prctl and getppid have no memory arguments here.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(libc::getppid() == parent)
     }
 }
 

@@ -211,6 +211,7 @@ impl ChunkBuilder {
 
     /// Writes every thread's open chunk now (the samples in them continue in the next
     /// chunks with the same ids), so that a writer killed later loses none of it.
+    #[cfg(any(feature = "backends", test))]
     pub fn write_open<W: Write>(&mut self, w: &mut TraceWriter<W>) -> Result<(), ImportError> {
         let threads: Vec<u32> = self.open.keys().copied().collect();
         for t in threads {
