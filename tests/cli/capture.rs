@@ -8,7 +8,9 @@ use std::process::{Command, Output};
 use mgbench_capture::symbols::{ElfImage, Symbolizer};
 use mgbench_capture::trace::{AccessKind, Chunk, EndInfo, Frame, Mapping, TraceReader};
 
-use crate::common::{app, apps, build_c, have, mgbench, read_indices, stderr, stdout, temp_dir};
+use crate::common::{
+    app, apps, build_c, fdclose_expected, have, mgbench, read_indices, stderr, stdout, temp_dir,
+};
 
 /// Everything in a trace.
 struct Trace {
@@ -710,23 +712,6 @@ fn a_crashing_program_leaves_every_recorded_access_and_its_signal() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(loop_stores(&read_trace(&dir.join("e.mgbt"))), 3 * n);
-}
-
-/// What `fdclose --out=FILE` must leave in FILE (it writes one 'x' per descriptor from 3 to
-/// its limit with `--how=dup2`), read from its output line.
-fn fdclose_expected(out: &str, how: &str) -> Vec<u8> {
-    let limit: usize = out
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("limit="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no limit in {out:?}"));
-    let mut want = if how == "dup2" {
-        vec![b'x'; limit - 3]
-    } else {
-        Vec::new()
-    };
-    want.extend_from_slice(b"after\n");
-    want
 }
 
 /// References of each function in `trace` (`analyze --by function`).

@@ -99,3 +99,20 @@ pub fn build_c(dir: &Path, name: &str, source: &str, flags: &[&str]) {
 pub fn app(name: &str) -> String {
     apps().join(name).display().to_string()
 }
+
+/// What `fdclose --out=FILE` must leave in FILE (it writes one 'x' per descriptor from 3 to
+/// its limit with `--how=dup2`), read from its output line.
+pub fn fdclose_expected(out: &str, how: &str) -> Vec<u8> {
+    let limit: usize = out
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("limit="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no limit in {out:?}"));
+    let mut want = if how == "dup2" {
+        vec![b'x'; limit - 3]
+    } else {
+        Vec::new()
+    };
+    want.extend_from_slice(b"after\n");
+    want
+}

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::common::{app, build_c, have, mgbench, stderr, stdout, temp_dir};
+use crate::common::{app, build_c, fdclose_expected, have, mgbench, stderr, stdout, temp_dir};
 
 fn capture(dir: &Path, trace: &str, args: &[&str]) {
     let mut a = vec!["capture", "--quiet", "--full", "-o", trace, "--"];
@@ -313,6 +313,16 @@ fn live_json_on(
     period: Option<&str>,
     args: &[&str],
 ) -> serde_json::Value {
+    live_run_on(dir, backend, period, args).1
+}
+
+/// As [`live_json_on`], with the run's output (the program's own on stdout).
+fn live_run_on(
+    dir: &Path,
+    backend: &str,
+    period: Option<&str>,
+    args: &[&str],
+) -> (std::process::Output, serde_json::Value) {
     let mut a = vec!["reuse", "--quiet", "--backend", backend];
     if let Some(p) = period {
         a.extend(["--period", p]);
@@ -320,8 +330,24 @@ fn live_json_on(
     a.extend(["-o", "live.json", "--"]);
     a.extend(args);
     let o = mgbench(&a, dir);
-    assert!(o.status.success(), "{}", stderr(&o));
-    serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap()
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    let v = serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
+    (o, v)
+}
+
+/// Traps of the use/reuse pairs whose use lies in a function named `prefix...`.
+fn traps_in(v: &serde_json::Value, prefix: &str) -> u64 {
+    v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p["use_source"]
+                .as_str()
+                .is_some_and(|s| s.starts_with(prefix))
+        })
+        .map(|p| p["traps"].as_u64().unwrap())
+        .sum()
 }
 
 fn stack(v: &serde_json::Value, key: &str) -> Vec<f64> {
@@ -579,40 +605,15 @@ fn live_rdx_keeps_its_traps_when_the_program_sets_its_own_sigtrap_handler() {
     // the watchpoints' traps: the program's handler ran 393 times instead of 3, and the
     // second sweep's reuses went unrecorded (4 traps, against 251 in the first).
     for (how, handled) in [("handler", 3), ("ignore", 0)] {
-        let o = mgbench(
-            &[
-                "reuse",
-                "--quiet",
-                "--backend",
-                "qemu",
-                "-o",
-                "live.json",
-                "--",
-                "./trapper",
-                how,
-            ],
-            &dir,
-        );
-        assert!(o.status.success(), "{how}: {}", stderr(&o));
+        let (o, v) = live_run_on(&dir, "qemu", None, &["./trapper", how]);
         assert!(
             stdout(&o).contains(&format!("handled={handled}")),
             "{how}: {}",
             stdout(&o)
         );
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
-        let traps_in = |f: &str| -> u64 {
-            v["pairs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|p| p["use_source"].as_str().is_some_and(|s| s.starts_with(f)))
-                .map(|p| p["traps"].as_u64().unwrap())
-                .sum()
-        };
         // 119-120 and 252-253 here.
-        assert!(traps_in("second ") >= 50, "{how}: {}", v["pairs"]);
-        assert!(traps_in("first ") >= 50, "{how}: {}", v["pairs"]);
+        assert!(traps_in(&v, "second ") >= 50, "{how}: {}", v["pairs"]);
+        assert!(traps_in(&v, "first ") >= 50, "{how}: {}", v["pairs"]);
     }
 }
 
@@ -629,51 +630,19 @@ fn live_rdx_keeps_sampling_when_the_program_closes_every_descriptor() {
     let prog = app("fdclose");
     let mut accesses = Vec::new();
     for how in ["none", "loop", "range", "dup2"] {
-        let o = mgbench(
-            &[
-                "reuse",
-                "--quiet",
-                "--backend",
-                "qemu",
-                "-o",
-                "live.json",
-                "--",
-                &prog,
-                "--out=out.txt",
-                &format!("--how={how}"),
-                "--reps=200",
-            ],
-            &dir,
-        );
-        assert!(o.status.success(), "{how}: {}", stderr(&o));
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
+        let how_arg = format!("--how={how}");
+        let program = [prog.as_str(), "--out=out.txt", &how_arg, "--reps=200"];
+        let (o, v) = live_run_on(&dir, "qemu", None, &program);
         let notes = v["notes"].to_string();
         assert!(!notes.contains("error"), "{how}: {notes}");
-        let mut want = if how == "dup2" {
-            let limit: usize = stdout(&o)
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("limit="))
-                .and_then(|l| l.parse().ok())
-                .unwrap();
-            vec![b'x'; limit - 3]
-        } else {
-            Vec::new()
-        };
-        want.extend_from_slice(b"after\n");
-        assert_eq!(std::fs::read(dir.join("out.txt")).unwrap(), want, "{how}");
+        assert_eq!(
+            std::fs::read(dir.join("out.txt")).unwrap(),
+            fdclose_expected(&stdout(&o), how),
+            "{how}"
+        );
         // The second half is sampled and its reuses trapped, as the first half's.
-        let traps_in = |f: &str| -> u64 {
-            v["pairs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|p| p["use_source"].as_str().is_some_and(|s| s.starts_with(f)))
-                .map(|p| p["traps"].as_u64().unwrap())
-                .sum()
-        };
-        assert!(traps_in("after ") >= 10, "{how}: {}", v["pairs"]);
-        assert!(traps_in("before ") >= 10, "{how}: {}", v["pairs"]);
+        assert!(traps_in(&v, "after ") >= 10, "{how}: {}", v["pairs"]);
+        assert!(traps_in(&v, "before ") >= 10, "{how}: {}", v["pairs"]);
         if how == "range" {
             assert!(notes.contains("took descriptors 3 to"), "{notes}");
         }
