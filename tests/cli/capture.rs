@@ -1384,6 +1384,7 @@ fn ptrace_timed_windows_and_attach() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    wait_for_header(&dir.join("a.mgbt"));
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert!(Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -1435,12 +1436,15 @@ fn ptrace_timed_windows_and_attach() {
         let mut cmd = vec!["capture", "--quiet", "--backend", "ptrace"];
         cmd.extend(mode);
         cmd.extend(["--pid", &pid, "-o", "b.mgbt"]);
+        // The previous mode's trace would pass for this run's header.
+        let _ = std::fs::remove_file(dir.join("b.mgbt"));
         let child = Command::new(env!("CARGO_BIN_EXE_mgbench"))
             .args(&cmd)
             .current_dir(&dir)
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        wait_for_header(&dir.join("b.mgbt"));
         std::thread::sleep(std::time::Duration::from_millis(1000));
         let _ = Command::new("kill")
             .args(["-INT", &child.id().to_string()])
@@ -1454,6 +1458,22 @@ fn ptrace_timed_windows_and_attach() {
             out.status
         );
         assert_eq!(checksum(&out.stdout), checksum(&native.stdout), "{mode:?}");
+    }
+}
+
+/// Waits (up to 60 s) until the ptrace backend has written the trace's header to `path`,
+/// which it does just before it takes SIGINT for its own. A fixed wait was not always
+/// enough alongside the rest of the suite: SIGINT then killed mgbench before it could
+/// detach (exit by signal, nothing on stderr).
+fn wait_for_header(path: &Path) {
+    let start = std::time::Instant::now();
+    while !std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "no trace header in {} after 60 s",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
