@@ -394,7 +394,7 @@ fn retranslation(blocks: u64, samples: u64) -> Option<String> {
     let per = blocks as f64 / samples.max(1) as f64;
     (samples > 0 && per >= COSTLY_BLOCKS_PER_SAMPLE).then(|| {
         format!(
-            "live: QEMU translated {blocks} blocks, about {per:.0} per sample: each sample switches QEMU's instrumentation and back, and the program's hot code is translated again (gzip: about 300 blocks and 4 ms per sample); if the run was much slower than expected, a longer --period cuts that cost"
+            "live: QEMU translated {blocks} blocks, about {per:.0} per sample: each sample switches QEMU's instrumentation and back, and the program's hot code was translated again (gzip: about 300 blocks and 4 ms per sample where each switch flushes QEMU's translations, as on QEMU other than 7.2, or new code each time, as JIT-compiled code); if the run was much slower than expected, a longer --period cuts that cost"
         )
     })
 }

@@ -18,6 +18,7 @@ struct Trace {
     mappings: Vec<Mapping>,
     end: Option<EndInfo>,
     damaged: bool,
+    notes: Vec<String>,
 }
 
 fn read_trace(path: &Path) -> Trace {
@@ -28,13 +29,14 @@ fn read_trace(path: &Path) -> Trace {
         mappings: vec![],
         end: None,
         damaged: false,
+        notes: vec![],
     };
     while let Some(frame) = r.next_frame().unwrap() {
         match frame {
             Frame::Chunk(c) => t.chunks.push(c),
             Frame::Mappings(m) => t.mappings.extend(m),
             Frame::End(e) => t.end = Some(e),
-            Frame::Note(_) => {}
+            Frame::Note(n) => t.notes.push(n),
         }
     }
     t.damaged = r.damage().is_some();
@@ -326,7 +328,7 @@ fn switched_sampling_counts_every_skipped_access_exactly() {
         ),
     ];
     for (prog, args, sampling) in cases {
-        let capture = |how: &[&str], out: &str| {
+        let capture = |how: &[&str], out: &str, switch: &str| {
             let mut a = vec!["capture", "--backend", "qemu", "-o", out];
             a.extend(how);
             let app = if prog.starts_with('/') {
@@ -340,24 +342,51 @@ fn switched_sampling_counts_every_skipped_access_exactly() {
                 .args(&a)
                 .current_dir(&dir)
                 .env("PYTHONHASHSEED", "0")
+                // The same variable in every run: the guest sees it in its environment.
+                .env("MGBENCH_QEMU_SWITCH", switch)
                 .output()
                 .unwrap();
             assert!(o.status.success(), "{prog}: {}", stderr(&o));
             read_trace(&dir.join(out))
         };
-        let full = capture(&["--full"], "full.mgbt");
-        let sampled = capture(sampling, "s.mgbt");
-        let windows = assert_skips_exact(&full, &sampled);
-        let total: usize = windows.values().sum();
-        assert!(total >= 5, "{prog}: {windows:?} windows");
-        if prog == "spmv" {
-            assert_eq!(
-                windows.len(),
-                3,
-                "{prog}: {windows:?} (main and two workers)"
-            );
+        let full = capture(&["--full"], "full.mgbt", "keyed");
+        // Switched in place (QEMU 7.2 keeps both sets of translations) and by flushes.
+        for switch in ["keyed", "flush"] {
+            let sampled = capture(sampling, "s.mgbt", switch);
+            let windows = assert_skips_exact(&full, &sampled);
+            let total: usize = windows.values().sum();
+            assert!(total >= 5, "{prog} ({switch}): {windows:?} windows");
+            if prog == "spmv" {
+                assert_eq!(
+                    windows.len(),
+                    3,
+                    "{prog}: {windows:?} (main and two workers)"
+                );
+            }
+            let (switches, in_place) = switches_in(&sampled.notes);
+            assert!(switches >= 2, "{prog} ({switch}): {:?}", sampled.notes);
+            if switch == "flush" {
+                assert_eq!(in_place, 0, "{prog}: {:?}", sampled.notes);
+            } else if prog != "spmv" {
+                assert_eq!(in_place, switches, "{prog}: {:?}", sampled.notes);
+            } else {
+                // The second thread's start switches by a flush (it must reach every vCPU).
+                assert!(in_place + 1 >= switches, "{prog}: {:?}", sampled.notes);
+            }
         }
     }
+}
+
+/// The switches of a sampled capture and how many of them were made in place, from the
+/// plugin's note ("switched sampling: N retranslations (M in place)...").
+fn switches_in(notes: &[String]) -> (u64, u64) {
+    let note = notes
+        .iter()
+        .find_map(|n| n.split("switched sampling: ").nth(1))
+        .unwrap_or_else(|| panic!("no switched-sampling note: {notes:?}"));
+    let num = |s: &str| s.split(' ').next().unwrap().parse::<u64>().unwrap();
+    let in_place = note.split('(').nth(1).expect("(M in place)");
+    (num(note), num(in_place))
 }
 
 /// Link-time range of a function of a non-PIE demo.

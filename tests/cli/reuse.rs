@@ -2,6 +2,7 @@
 //! its bad input.
 
 use std::path::Path;
+use std::process::Command;
 
 use crate::common::{app, build_c, fdclose_expected, have, mgbench, stderr, stdout, temp_dir};
 
@@ -1033,9 +1034,31 @@ fn live_rdx_on_a_program_with_much_code_says_what_its_samples_cost() {
         text.push(if next() % 12 == 0 { '\n' } else { ' ' });
     }
     std::fs::write(dir.join("t.txt"), &text).unwrap();
-    let v = live_json(&dir, "1048576", &["gzip", "-6", "-c", "t.txt"]);
-    let samples = v["words"]["samples"].as_u64().unwrap();
-    assert!(samples > 100, "{}", v["words"]);
+    let live = |switch: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+            .args(["reuse", "--quiet", "--period", "1048576", "-o", "live.json"])
+            .args(["--", "gzip", "-6", "-c", "t.txt"])
+            .env("MGBENCH_QEMU_SWITCH", switch)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{switch}: {}", stderr(&o));
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
+        let samples = v["words"]["samples"].as_u64().unwrap();
+        assert!(samples > 100, "{switch}: {}", v["words"]);
+        v
+    };
+    // QEMU 7.2 keeps both sets of translations: after the first switches nothing is
+    // translated again, and no cost note.
+    let v = live("keyed");
+    assert!(
+        !v["notes"].to_string().contains("QEMU translated"),
+        "{}",
+        v["notes"]
+    );
+    // Switched by flushes (another QEMU), each sample translates the hot code again.
+    let v = live("flush");
     let notes = v["notes"].to_string();
     let note = v["notes"]
         .as_array()

@@ -1096,8 +1096,9 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     }
     if switch::resets() > 0 {
         let _ = p.tx.send(Msg::Note(format!(
-            "switched sampling: {} retranslations{}",
+            "switched sampling: {} retranslations ({} in place){}",
             switch::resets(),
+            switch::switches_in_place(),
             if switch::enabled() {
                 ""
             } else {
@@ -1124,6 +1125,7 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
             "threads": threads,
             "chunks": report.chunks,
             "resets": switch::resets(),
+            "switches_in_place": switch::switches_in_place(),
             "bytes": report.bytes,
             "errors": report.errors,
         });
@@ -1277,18 +1279,29 @@ fn register_callbacks(id: qemu_plugin_id_t) {
     }
 }
 
-/// A switch of instrumentation is done (every vCPU stopped, all translations flushed):
-/// credit what the counter holds and register the callbacks again (a reset removed them).
+/// A switch of instrumentation by a flush is done (every vCPU stopped, all translations
+/// flushed): switch, and register the callbacks again (a reset removed them).
 pub(crate) extern "C" fn on_reset(id: qemu_plugin_id_t) {
+    switched();
+    if rdx::active() {
+        register_rdx_callbacks(id);
+    } else {
+        register_callbacks(id);
+    }
+}
+
+/// A switch is done: no vCPU runs guest code (every one is stopped after a flush, or the only
+/// one is between blocks, in its other set of translations), and none of the blocks it runs
+/// next were made for the mode switched from. Credit what the counter holds and set the mode
+/// to translate in.
+pub(crate) fn switched() {
     if rdx::active() {
         rdx::flushed();
         switch::on_reset(rdx::credit);
-        register_rdx_callbacks(id);
         return;
     }
-    // SAFETY: every vCPU is stopped while QEMU calls this.
+    // SAFETY: no vCPU runs guest code or a callback now (see above).
     switch::on_reset(|owner, n| unsafe { credit_skips(owner, n) });
-    register_callbacks(id);
 }
 
 #[cfg(test)]

@@ -169,29 +169,51 @@ pub const AUTO_STAGE: u64 = 128;
 /// Gaps of this many accesses and more are counted inline, shorter ones by the memory
 /// callbacks: a sample that interrupts inline counting costs two flushes, about 0.4 ms,
 /// which is what 2^17 accesses cost in callbacks (3.6 ns each on the integer gather, up to
-/// 10 ns on floating-point code).
+/// 10 ns on floating-point code). Switched in place a sample costs 50 us, but a gap counted
+/// inline ends when the poller looks (every 200 us: 400 K accesses of the gather), so
+/// shorter inline gaps would not be the period the histograms weigh them by.
 pub const MIN_INLINE: u64 = 1 << 17;
-/// Under QEMU a sample that interrupts inline counting costs two flushes of the code cache:
-/// about this much wall time whatever the program (0.4-0.5 ms on the demo kernels here,
-/// scripts/bench-rdx-live.py) ...
-pub const SAMPLE_SECONDS: f64 = 4e-4;
-/// ... plus this much per block QEMU translates again afterwards (gzip: ~300 blocks and
-/// 3.3-5.6 ms a sample).
+/// Under QEMU a sample that interrupts inline counting switches the instrumentation to
+/// callbacks and back. Where QEMU keeps both sets of translations (`sys::keyed_translations`,
+/// QEMU 7.2) that costs about this much wall time whatever the program (50-55 us a sample on
+/// the integer gather, SpMV and gzip at a period of 2^18, scripts/bench-rdx-live.py) ...
+pub const SAMPLE_SECONDS_IN_PLACE: f64 = 5e-5;
+/// ... and where each switch flushes every translation, this much (0.4-0.5 ms on the demo
+/// kernels) ...
+pub const SAMPLE_SECONDS_FLUSHED: f64 = 4e-4;
+/// ... plus this much per block QEMU translates again afterwards (after flushes, gzip: ~300
+/// blocks and 3.3-5.6 ms a sample; in place, only the first switches translate).
 pub const BLOCK_SECONDS: f64 = 1.5e-5;
+
+/// What a sample that interrupts inline counting costs with this QEMU, before the blocks
+/// translated again.
+pub fn sample_seconds() -> f64 {
+    if sys::keyed_translations().is_some() {
+        SAMPLE_SECONDS_IN_PLACE
+    } else {
+        SAMPLE_SECONDS_FLUSHED
+    }
+}
 /// The share of the run's time the adaptive period lets such samples take.
 pub const AUTO_COST: f64 = 0.05;
 
 /// The period of the next gap: `first` doubled every [`AUTO_STAGE`] samples, and, where the
 /// gaps are counted inline (`MIN_INLINE` and more), at least what keeps a sample's
-/// cost (`SAMPLE_SECONDS`, plus `BLOCK_SECONDS` for each of the `retranslated` blocks of the
+/// cost (`sample_seconds`, plus `BLOCK_SECONDS` for each of the `retranslated` blocks of the
 /// last gap) within [`AUTO_COST`] of the time the program takes at `rate` accesses a second.
-pub fn adaptive_period(first: u64, samples: u64, retranslated: u64, rate: Option<f64>) -> u64 {
+pub fn adaptive_period(
+    first: u64,
+    samples: u64,
+    retranslated: u64,
+    rate: Option<f64>,
+    sample_seconds: f64,
+) -> u64 {
     let stage = (samples / AUTO_STAGE).min(40) as u32;
     let doubled = first.saturating_mul(1u64 << stage);
     if doubled < MIN_INLINE {
         return doubled;
     }
-    let cost = SAMPLE_SECONDS + retranslated as f64 * BLOCK_SECONDS;
+    let cost = sample_seconds + retranslated as f64 * BLOCK_SECONDS;
     let floor = rate.map_or(0.0, |r| r * cost / AUTO_COST);
     doubled.max(floor.min(1e18) as u64)
 }
@@ -518,7 +540,7 @@ impl State {
             _ => None,
         };
         t.last_sample = Some((clock, now));
-        adaptive_period(self.args.period, t.samples, re, rate)
+        adaptive_period(self.args.period, t.samples, re, rate, sample_seconds())
     }
 
     /// Logs the mappings (allocates: not from a signal handler).
@@ -994,26 +1016,60 @@ mod tests {
     #[test]
     fn the_adaptive_period_doubles_and_pays_for_costly_samples() {
         // Doubling every AUTO_STAGE samples from the first period.
-        assert_eq!(adaptive_period(4096, 0, 0, None), 4096);
-        assert_eq!(adaptive_period(4096, AUTO_STAGE - 1, 0, None), 4096);
-        assert_eq!(adaptive_period(4096, AUTO_STAGE, 0, None), 8192);
-        assert_eq!(adaptive_period(4096, 3 * AUTO_STAGE + 5, 0, None), 32768);
+        assert_eq!(
+            adaptive_period(4096, 0, 0, None, SAMPLE_SECONDS_FLUSHED),
+            4096
+        );
+        assert_eq!(
+            adaptive_period(4096, AUTO_STAGE - 1, 0, None, SAMPLE_SECONDS_FLUSHED),
+            4096
+        );
+        assert_eq!(
+            adaptive_period(4096, AUTO_STAGE, 0, None, SAMPLE_SECONDS_FLUSHED),
+            8192
+        );
+        assert_eq!(
+            adaptive_period(4096, 3 * AUTO_STAGE + 5, 0, None, SAMPLE_SECONDS_FLUSHED),
+            32768
+        );
         // In callbacks (gaps under MIN_INLINE) a sample costs no flush: no cost floor.
-        assert_eq!(adaptive_period(4096, 0, 1000, Some(1e9)), 4096);
+        assert_eq!(
+            adaptive_period(4096, 0, 1000, Some(1e9), SAMPLE_SECONDS_FLUSHED),
+            4096
+        );
         // Counted inline: a sample costs SAMPLE_SECONDS plus BLOCK_SECONDS a block, kept to
         // AUTO_COST of the time. At 500 M accesses/s and 300 blocks (gzip-like): 4.9 ms a
         // sample, so gaps of at least 98 ms, 49 M accesses.
-        let gzip = adaptive_period(MIN_INLINE, 0, 300, Some(5e8));
-        let want = 5e8 * (SAMPLE_SECONDS + 300.0 * BLOCK_SECONDS) / AUTO_COST;
+        let gzip = adaptive_period(MIN_INLINE, 0, 300, Some(5e8), SAMPLE_SECONDS_FLUSHED);
+        let want = 5e8 * (SAMPLE_SECONDS_FLUSHED + 300.0 * BLOCK_SECONDS) / AUTO_COST;
         assert!((gzip as f64 - want).abs() < 2.0, "{gzip} vs {want}");
         // A small kernel: the flush alone.
-        let kernel = adaptive_period(MIN_INLINE, 0, 0, Some(2e8));
-        assert_eq!(kernel, (2e8 * SAMPLE_SECONDS / AUTO_COST) as u64);
+        let kernel = adaptive_period(MIN_INLINE, 0, 0, Some(2e8), SAMPLE_SECONDS_FLUSHED);
+        assert_eq!(kernel, (2e8 * SAMPLE_SECONDS_FLUSHED / AUTO_COST) as u64);
+        // Switched in place a sample costs 8 times less: gaps 8 times shorter (500 K
+        // accesses at 500 M a second, against 4 M after flushes).
+        let in_place = adaptive_period(MIN_INLINE, 0, 0, Some(5e8), SAMPLE_SECONDS_IN_PLACE);
+        assert_eq!(in_place, (5e8 * SAMPLE_SECONDS_IN_PLACE / AUTO_COST) as u64);
+
         // The doubling wins once it is longer; nothing overflows.
         assert_eq!(
-            adaptive_period(MIN_INLINE, 10 * AUTO_STAGE, 0, Some(2e8)),
+            adaptive_period(
+                MIN_INLINE,
+                10 * AUTO_STAGE,
+                0,
+                Some(2e8),
+                SAMPLE_SECONDS_FLUSHED
+            ),
             MIN_INLINE << 10
         );
-        assert!(adaptive_period(u64::MAX / 2, 100 * AUTO_STAGE, u64::MAX, Some(1e300)) > 0);
+        assert!(
+            adaptive_period(
+                u64::MAX / 2,
+                100 * AUTO_STAGE,
+                u64::MAX,
+                Some(1e300),
+                SAMPLE_SECONDS_FLUSHED
+            ) > 0
+        );
     }
 }

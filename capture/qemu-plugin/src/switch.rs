@@ -99,6 +99,8 @@ static ARM: Mutex<()> = Mutex::new(());
 static PLUGIN_ID: AtomicU64 = AtomicU64::new(0);
 /// Resets done (two per switched window), for the status file.
 static RESETS: AtomicU64 = AtomicU64::new(0);
+/// Of these, the switches made in place (see [`request`]) rather than by a flush.
+static SWITCHES_IN_PLACE: AtomicU64 = AtomicU64::new(0);
 
 fn mode_from(v: u8) -> Mode {
     if v == Mode::Count as u8 {
@@ -160,6 +162,11 @@ pub fn resets() -> u64 {
     RESETS.load(Ordering::Relaxed)
 }
 
+/// Switches made in place, without a flush (see [`request`]).
+pub fn switches_in_place() -> u64 {
+    SWITCHES_IN_PLACE.load(Ordering::Relaxed)
+}
+
 /// Sets up switched sampling for plugin `id` (when `enabled`) and starts the poller.
 pub fn init(id: u64, enabled: bool) -> Result<(), String> {
     PLUGIN_ID.store(id, Ordering::Relaxed);
@@ -207,15 +214,47 @@ fn on_fault(addr: usize) -> bool {
     true
 }
 
-/// Asks QEMU to retranslate into `to` (from a vCPU thread); `crate::on_reset` runs after
-/// the flush and calls [`on_reset`].
+/// Asks QEMU to translate into `to` from now on (from the owner's vCPU thread). While the
+/// guest has one thread and QEMU keeps two sets of translations ([`sys::keyed_translations`]),
+/// the vCPU changes set after its current block and [`switched_in_place`] runs on its thread
+/// before the next; otherwise `qemu_plugin_reset` flushes every translation and
+/// `crate::on_reset` runs. Either way `crate::switched` then calls [`on_reset`].
 fn request(to: Mode) {
     TARGET.store(to as u8, Ordering::Release);
-    if !PENDING.swap(true, Ordering::AcqRel) {
-        // SAFETY: called on a vCPU thread (a callback, or the fault hook interrupting
-        // generated code) with the id QEMU gave the plugin.
-        unsafe { sys::qemu_plugin_reset(PLUGIN_ID.load(Ordering::Relaxed), crate::on_reset) };
+    if PENDING.swap(true, Ordering::AcqRel) {
+        return;
     }
+    if enabled() {
+        if let Some(keyed) = sys::keyed_translations() {
+            // The set counting translations live in: any, as long as it changes each time.
+            let set = !SECOND_SET.load(Ordering::Acquire);
+            if keyed.switch(owner(), set, switched_in_place, 0) {
+                SECOND_SET.store(set, Ordering::Release);
+                return;
+            }
+        }
+    }
+    flush();
+}
+
+/// The switch by `qemu_plugin_reset`: `crate::on_reset` runs after the flush.
+fn flush() {
+    // SAFETY: called on a vCPU thread (a callback, the fault hook interrupting generated
+    // code, or a system call callback) with the id QEMU gave the plugin.
+    unsafe { sys::qemu_plugin_reset(PLUGIN_ID.load(Ordering::Relaxed), crate::on_reset) };
+}
+
+/// The owner's vCPU translates into (and looks up) its second set of translations.
+static SECOND_SET: AtomicBool = AtomicBool::new(false);
+
+/// The switch on the owner's thread between two blocks, the vCPU in its new set.
+extern "C" fn switched_in_place(_cpu: *mut c_void, _data: u64) {
+    if !enabled() {
+        // A second thread started since the request: its flush switches (`second_thread`).
+        return;
+    }
+    SWITCHES_IN_PLACE.fetch_add(1, Ordering::Relaxed);
+    crate::switched();
 }
 
 /// A window just closed (in a callback, on the vCPU's thread): count the skip inline.
@@ -238,7 +277,11 @@ pub fn second_thread(child: u32) -> Option<(u32, u64)> {
     let now = count();
     let credit = now.wrapping_sub(rebase(now));
     if mode() == Mode::Count || PENDING.load(Ordering::Acquire) {
-        request(Mode::Callbacks);
+        // A flush even when a switch in place is queued: that one now does nothing, and
+        // only a flush (every vCPU stopped) also reaches the new thread's translations.
+        TARGET.store(Mode::Callbacks as u8, Ordering::Release);
+        PENDING.store(true, Ordering::Release);
+        flush();
     }
     Some((owner, credit))
 }
