@@ -378,7 +378,7 @@ fn switched_sampling_counts_every_skipped_access_exactly() {
 }
 
 /// The switches of a sampled capture and how many of them were made in place, from the
-/// plugin's note ("switched sampling: N retranslations (M in place)...").
+/// plugin's note ("switched sampling: N switches of instrumentation (M in place, ...").
 fn switches_in(notes: &[String]) -> (u64, u64) {
     let note = notes
         .iter()

@@ -48,12 +48,13 @@ const RING: usize = 64;
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// No more samples (the watchpoints failed).
 static STOPPED: AtomicBool = AtomicBool::new(false);
-/// Blocks QEMU translated again after a flush of ours (most of a sample's cost: every switch
-/// flushes them all, and the program's hot code is translated again). First translations of
-/// new code are the program's own, and so are QEMU's own retranslations between flushes
+/// Blocks QEMU translated again after a switch of ours (most of a sample's cost where every
+/// switch flushes them all and the program's hot code is translated again; switched in place,
+/// only the first switches translate the hot code, once for each set). First translations of
+/// new code are the program's own, and so are QEMU's own retranslations between switches
 /// (other CPU flags, a block cut short by a fault: 1334 in the start of Debian's sort).
 static RETRANSLATED: AtomicU64 = AtomicU64::new(0);
-/// Flushes so far (switches between counting and callbacks).
+/// Switches so far between counting and callbacks (flushes, or in place).
 static FLUSHES: AtomicU64 = AtomicU64::new(0);
 /// Guest addresses of the blocks translated so far, with the flush count at their last
 /// translation.
@@ -175,9 +176,11 @@ pub const AUTO_STAGE: u64 = 128;
 pub const MIN_INLINE: u64 = 1 << 17;
 /// Under QEMU a sample that interrupts inline counting switches the instrumentation to
 /// callbacks and back. Where QEMU keeps both sets of translations (`sys::keyed_translations`,
-/// QEMU 7.2) that costs about this much wall time whatever the program (50-55 us a sample on
-/// the integer gather, SpMV and gzip at a period of 2^18, scripts/bench-rdx-live.py) ...
-pub const SAMPLE_SECONDS_IN_PLACE: f64 = 5e-5;
+/// QEMU 7.2) a sample costs about this much wall time, its watchpoint and trap included
+/// (scripts/bench-rdx-live.py at a period of 2^20: 50-80 us on the integer gather, SpMV and
+/// gzip, up to 300 us on triad; 50 us let the adaptive period cost 13% over the counter on
+/// SpMV, 100 us 6%) ...
+pub const SAMPLE_SECONDS_IN_PLACE: f64 = 1e-4;
 /// ... and where each switch flushes every translation, this much (0.4-0.5 ms on the demo
 /// kernels) ...
 pub const SAMPLE_SECONDS_FLUSHED: f64 = 4e-4;
@@ -763,7 +766,7 @@ fn sample_due(v: usize, c: &Vcpu, addr: u64, ip: u64) {
     st.sample(v, ip, addr, now);
     let next = st.thread_gap(v) - 1;
     c.restart(now + 1, next);
-    // Short gaps stay in callbacks: two retranslations would cost more than they save
+    // Short gaps stay in callbacks: two switches would cost more than they save
     // (and with threads the switch is off: every thread counts in callbacks).
     if next >= MIN_INLINE {
         switch::window_closed();
@@ -1046,7 +1049,7 @@ mod tests {
         // A small kernel: the flush alone.
         let kernel = adaptive_period(MIN_INLINE, 0, 0, Some(2e8), SAMPLE_SECONDS_FLUSHED);
         assert_eq!(kernel, (2e8 * SAMPLE_SECONDS_FLUSHED / AUTO_COST) as u64);
-        // Switched in place a sample costs 8 times less: gaps 8 times shorter (500 K
+        // Switched in place a sample costs 4 times less: gaps 4 times shorter (1 M
         // accesses at 500 M a second, against 4 M after flushes).
         let in_place = adaptive_period(MIN_INLINE, 0, 0, Some(5e8), SAMPLE_SECONDS_IN_PLACE);
         assert_eq!(in_place, (5e8 * SAMPLE_SECONDS_IN_PLACE / AUTO_COST) as u64);

@@ -65,8 +65,9 @@ fn rebase(now: u64) -> u64 {
     base().swap(now, Ordering::AcqRel)
 }
 
-/// Skips shorter than this are counted by callbacks: two retranslations per window would
-/// cost more than the callbacks they save.
+/// Skips shorter than this are counted by callbacks: two switches per window would cost more
+/// than the callbacks they save where they flush, and even in place a shorter skip would end
+/// only when the poller looks (every 200 us), far later than `period - window`.
 pub const MIN_SKIP: u64 = 1 << 18;
 /// Longest sleep of the poller between looks at the counter.
 const POLL: Duration = Duration::from_micros(200);
