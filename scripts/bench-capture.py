@@ -12,7 +12,8 @@ alone moved bare QEMU by 30% here); medians are compared as ratios:
                     callback-based recorder pays)
   qemu full         mgbench capture --backend qemu --full
   qemu sampled      mgbench capture --backend qemu (default sampling: 4096 accesses about
-                    every 2^20, skips counted inline, windows switched in by retranslation)
+                    every 2^20, skips counted inline, windows switched in: in place on QEMU 7.2,
+                    by a flush of every translation elsewhere or with MGBENCH_QEMU_SWITCH=flush)
   qemu sampled/16   --sample-window 1024 --sample-period 16384: 1 in 16, skips counted by
                     callbacks (the default before switched sampling)
   ptrace sampled    mgbench capture --backend ptrace (timed windows), where ptrace works
