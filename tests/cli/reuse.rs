@@ -324,14 +324,30 @@ fn live_run_on(
     period: Option<&str>,
     args: &[&str],
 ) -> (std::process::Output, serde_json::Value) {
+    live_run_with(dir, backend, period, args, &[])
+}
+
+/// As [`live_run_on`], with `env` added to mgbench's environment (and so the program's).
+fn live_run_with(
+    dir: &Path,
+    backend: &str,
+    period: Option<&str>,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::Output, serde_json::Value) {
     let mut a = vec!["reuse", "--quiet", "--backend", backend];
     if let Some(p) = period {
         a.extend(["--period", p]);
     }
     a.extend(["-o", "live.json", "--"]);
     a.extend(args);
-    let o = mgbench(&a, dir);
-    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+        .args(&a)
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .output()
+        .expect("run mgbench");
+    assert!(o.status.success(), "{args:?} {env:?}: {}", stderr(&o));
     let v = serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
     (o, v)
 }
@@ -1035,16 +1051,9 @@ fn live_rdx_on_a_program_with_much_code_says_what_its_samples_cost() {
     }
     std::fs::write(dir.join("t.txt"), &text).unwrap();
     let live = |switch: &str| {
-        let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
-            .args(["reuse", "--quiet", "--period", "1048576", "-o", "live.json"])
-            .args(["--", "gzip", "-6", "-c", "t.txt"])
-            .env("MGBENCH_QEMU_SWITCH", switch)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{switch}: {}", stderr(&o));
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
+        let gzip = ["gzip", "-6", "-c", "t.txt"];
+        let env = [("MGBENCH_QEMU_SWITCH", switch)];
+        let (_, v) = live_run_with(&dir, "qemu", Some("1048576"), &gzip, &env);
         let samples = v["words"]["samples"].as_u64().unwrap();
         assert!(samples > 100, "{switch}: {}", v["words"]);
         v

@@ -1296,7 +1296,7 @@ pub(crate) extern "C" fn on_reset(id: qemu_plugin_id_t) {
 /// to translate in.
 pub(crate) fn switched() {
     if rdx::active() {
-        rdx::flushed();
+        rdx::switched();
         switch::on_reset(rdx::credit);
         return;
     }

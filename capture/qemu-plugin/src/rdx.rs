@@ -55,8 +55,8 @@ static STOPPED: AtomicBool = AtomicBool::new(false);
 /// (other CPU flags, a block cut short by a fault: 1334 in the start of Debian's sort).
 static RETRANSLATED: AtomicU64 = AtomicU64::new(0);
 /// Switches so far between counting and callbacks (flushes, or in place).
-static FLUSHES: AtomicU64 = AtomicU64::new(0);
-/// Guest addresses of the blocks translated so far, with the flush count at their last
+static SWITCHES: AtomicU64 = AtomicU64::new(0);
+/// Guest addresses of the blocks translated so far, with the switch count at their last
 /// translation.
 static SEEN: Mutex<Option<std::collections::HashMap<u64, u64>>> = Mutex::new(None);
 
@@ -191,7 +191,7 @@ pub const BLOCK_SECONDS: f64 = 1.5e-5;
 /// What a sample that interrupts inline counting costs with this QEMU, before the blocks
 /// translated again.
 pub fn sample_seconds() -> f64 {
-    if sys::keyed_translations().is_some() {
+    if switch::in_place() {
         SAMPLE_SECONDS_IN_PLACE
     } else {
         SAMPLE_SECONDS_FLUSHED
@@ -815,24 +815,24 @@ pub fn credit(vcpu: u32, n: u64) -> u64 {
     }
 }
 
-/// QEMU translates the block at guest address `vaddr` (counted when a flush of ours made it
-/// translate it again: the adaptive period and the report use them).
+/// QEMU translates the block at guest address `vaddr` (counted when a switch of ours made
+/// it translate it again: the adaptive period and the report use them).
 pub fn translated(vaddr: u64) {
     let Ok(mut seen) = SEEN.lock() else {
         return;
     };
-    let flushes = FLUSHES.load(Ordering::Acquire);
+    let switches = SWITCHES.load(Ordering::Acquire);
     let before = seen
         .get_or_insert_with(Default::default)
-        .insert(vaddr, flushes);
-    if before.is_some_and(|f| f != flushes) {
+        .insert(vaddr, switches);
+    if before.is_some_and(|s| s != switches) {
         RETRANSLATED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// QEMU flushed its translations at our request (a switch).
-pub fn flushed() {
-    FLUSHES.fetch_add(1, Ordering::AcqRel);
+/// QEMU switched the instrumentation at our request (by a flush, or in place).
+pub fn switched() {
+    SWITCHES.fetch_add(1, Ordering::AcqRel);
 }
 
 /// A guest thread starts on vCPU `vcpu` (called on its creator's thread, in the clone

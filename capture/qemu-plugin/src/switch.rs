@@ -98,10 +98,12 @@ static OWNER: AtomicU32 = AtomicU32::new(0);
 /// Serialises the poller's protect with mode changes.
 static ARM: Mutex<()> = Mutex::new(());
 static PLUGIN_ID: AtomicU64 = AtomicU64::new(0);
-/// Resets done (two per switched window), for the status file.
+/// Switches done (two per switched window; flushes and in place), for the status file.
 static RESETS: AtomicU64 = AtomicU64::new(0);
 /// Of these, the switches made in place (see [`request`]) rather than by a flush.
 static SWITCHES_IN_PLACE: AtomicU64 = AtomicU64::new(0);
+/// Switches can be made in place ([`sys::keyed_translations`], looked up at [`init`]).
+static IN_PLACE: AtomicBool = AtomicBool::new(false);
 
 fn mode_from(v: u8) -> Mode {
     if v == Mode::Count as u8 {
@@ -163,6 +165,12 @@ pub fn resets() -> u64 {
     RESETS.load(Ordering::Relaxed)
 }
 
+/// Whether switches are made in place (QEMU keeps two sets of translations); false where
+/// switched sampling is off (and natively, where nothing is switched).
+pub fn in_place() -> bool {
+    IN_PLACE.load(Ordering::Acquire)
+}
+
 /// Switches made in place, without a flush (see [`request`]).
 pub fn switches_in_place() -> u64 {
     SWITCHES_IN_PLACE.load(Ordering::Relaxed)
@@ -175,6 +183,9 @@ pub fn init(id: u64, enabled: bool) -> Result<(), String> {
     if !enabled {
         return Ok(());
     }
+    // Looked up here, at install, rather than at the first switch (which may come from
+    // the fault hook): it reads QEMU's binary once.
+    IN_PLACE.store(sys::keyed_translations().is_some(), Ordering::Release);
     std::thread::Builder::new()
         .name("mgbench-poller".into())
         .spawn(poller)
@@ -225,7 +236,7 @@ fn request(to: Mode) {
     if PENDING.swap(true, Ordering::AcqRel) {
         return;
     }
-    if enabled() {
+    if enabled() && in_place() {
         if let Some(keyed) = sys::keyed_translations() {
             // The set counting translations live in: any, as long as it changes each time.
             let set = !SECOND_SET.load(Ordering::Acquire);
