@@ -70,15 +70,13 @@ macro_rules! qemu_api {
             }
             let api = Api {
                 $( $name: {
-                    let name = concat!(stringify!($name), "\0");
-                    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
-                    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
-                    if p.is_null() {
+                    let name = concat!(stringify!($name), "\0").as_bytes();
+                    let Some(p) = CStr::from_bytes_with_nul(name).ok().and_then(qemu_symbol) else {
                         return Err(format!(
                             "this QEMU does not export {} (mgbench needs QEMU 7.2's plugin API)",
                             stringify!($name)
                         ));
-                    }
+                    };
                     // SAFETY: the symbol is QEMU's function with this signature (plugin API
                     // version 1, as in QEMU 7.2's qemu-plugin.h).
                     unsafe {
@@ -144,6 +142,14 @@ qemu_api! {
     fn qemu_plugin_mem_is_store(info: qemu_plugin_meminfo_t) -> bool;
 }
 
+/// The address of `name` in the running QEMU, which exports its symbols to plugins (None
+/// when absent, as in a native program the library is preloaded into).
+fn qemu_symbol(name: &CStr) -> Option<*mut c_void> {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}
+
 /// Two sets of translations side by side, through QEMU 7.2 functions that its plugin API does
 /// not offer (its binary exports them). QEMU 7.2 keys each translation by the vCPU's
 /// trace-event state word as well as by its code address and CPU flags: flipping one event's
@@ -192,12 +198,7 @@ pub fn keyed_translations() -> Option<&'static KeyedTranslations> {
             if std::env::var(SWITCH_ENV).is_ok_and(|v| v == "flush") || !qemu_is_7_2() {
                 return None;
             }
-            let find = |name: &CStr| {
-                // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
-                let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-                (!p.is_null()).then_some(p)
-            };
-            let event = find(c"_TRACE_GUEST_CPU_RESET_EVENT")?.cast::<TraceEvent>();
+            let event = qemu_symbol(c"_TRACE_GUEST_CPU_RESET_EVENT")?.cast::<TraceEvent>();
             // SAFETY: QEMU 7.2's event record (checked field by field before use).
             let ev = unsafe { &*event };
             // SAFETY: the name of a registered event is a static C string.
@@ -214,13 +215,13 @@ pub fn keyed_translations() -> Option<&'static KeyedTranslations> {
             // (include/hw/core/cpu.h, trace/control.h).
             unsafe {
                 Some(KeyedTranslations {
-                    qemu_get_cpu: std::mem::transmute::<*mut c_void, GetCpu>(find(
+                    qemu_get_cpu: std::mem::transmute::<*mut c_void, GetCpu>(qemu_symbol(
                         c"qemu_get_cpu",
                     )?),
-                    async_run_on_cpu: std::mem::transmute::<*mut c_void, RunOnCpu>(find(
+                    async_run_on_cpu: std::mem::transmute::<*mut c_void, RunOnCpu>(qemu_symbol(
                         c"async_run_on_cpu",
                     )?),
-                    set_vcpu_state: std::mem::transmute::<*mut c_void, SetVcpuState>(find(
+                    set_vcpu_state: std::mem::transmute::<*mut c_void, SetVcpuState>(qemu_symbol(
                         c"trace_event_set_vcpu_state_dynamic",
                     )?),
                     event,
