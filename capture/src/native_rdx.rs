@@ -64,3 +64,69 @@ impl NativeSampler {
         }
     }
 }
+
+/// The glibc tunables above which memcpy (and memmove) and memset use `rep movsb` and
+/// `rep stosb`.
+pub const REP_STRING_TUNABLES: [&str; 2] = [
+    "glibc.cpu.x86_rep_movsb_threshold",
+    "glibc.cpu.x86_rep_stosb_threshold",
+];
+
+/// A string instruction this many times slower with a watchpoint armed than without counts
+/// as slowed (the measured ratio here is about 30; a CPU that keeps its fast mode gives 1).
+pub const SLOWED_STRINGS: f64 = 2.0;
+
+/// `GLIBC_TUNABLES` for a program measured natively where an armed watchpoint slows string
+/// instructions: `old` (the user's value, if any) with each of [`REP_STRING_TUNABLES`] it
+/// does not set raised out of reach (glibc then copies and clears with vector loops).
+/// Returns the value and the tunables added; the user's own settings win.
+pub fn without_rep_strings(old: Option<&str>) -> (String, Vec<&'static str>) {
+    let old = old.unwrap_or("");
+    let set: Vec<&str> = old
+        .split(':')
+        .filter_map(|kv| kv.split_once('=').map(|(k, _)| k))
+        .collect();
+    let added: Vec<&'static str> = REP_STRING_TUNABLES
+        .into_iter()
+        .filter(|t| !set.contains(t))
+        .collect();
+    let mut value: Vec<String> = old
+        .split(':')
+        .filter(|kv| !kv.is_empty())
+        .map(str::to_string)
+        .collect();
+    value.extend(added.iter().map(|t| format!("{t}={}", i64::MAX)));
+    (value.join(":"), added)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rep_string_tunables_join_the_users_own() {
+        let max = i64::MAX;
+        let (v, added) = without_rep_strings(None);
+        assert_eq!(
+            v,
+            format!(
+                "glibc.cpu.x86_rep_movsb_threshold={max}:glibc.cpu.x86_rep_stosb_threshold={max}"
+            )
+        );
+        assert_eq!(added, REP_STRING_TUNABLES);
+        // The user's other tunables stay, and a threshold they set is theirs.
+        let (v, added) = without_rep_strings(Some(
+            "glibc.malloc.check=3:glibc.cpu.x86_rep_movsb_threshold=4096",
+        ));
+        assert_eq!(
+            v,
+            format!(
+                "glibc.malloc.check=3:glibc.cpu.x86_rep_movsb_threshold=4096:glibc.cpu.x86_rep_stosb_threshold={max}"
+            )
+        );
+        assert_eq!(added, ["glibc.cpu.x86_rep_stosb_threshold"]);
+        let both = "glibc.cpu.x86_rep_movsb_threshold=1:glibc.cpu.x86_rep_stosb_threshold=1";
+        assert_eq!(without_rep_strings(Some(both)), (both.to_string(), vec![]));
+        assert_eq!(without_rep_strings(Some("")).1.len(), 2);
+    }
+}

@@ -261,6 +261,7 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
             .notes
             .push(format!("interrupted by {}", signal_name(s)));
     }
+    report.notes.extend(run.notes);
     report.notes.push(match native {
         Some(NativeSampler::PageFaults) => format!(
             "measured natively in {:.2} s with the page-fault event as sampler and clock: a self-test of the native path, whose times are in page faults, not accesses (no trace written)",

@@ -866,6 +866,59 @@ fn native_live_rdx_runs_its_sampler_and_watchpoints_in_the_program() {
     );
 }
 
+/// Natively the sampled uses keep debug registers armed nearly the whole run, and where an
+/// armed register slows string instructions (this AMD EPYC: `rep stosb` of 4 KiB 30-36x
+/// slower, memcpy of 64 KiB from 96 to 4 GB/s) mgbench tells the program's glibc to copy and
+/// clear without them, keeping the user's own tunables, and says so.
+#[test]
+fn native_live_rdx_keeps_glibc_off_string_instructions_an_armed_register_slows() {
+    let dir = temp_dir("reuse-native-strings");
+    let (plain, armed) = mgbench_capture::backend::string_ops_under_watchpoint()
+        .expect("perf breakpoints on this thread (as native live RDX needs)");
+    let slowed = armed >= mgbench_capture::native_rdx::SLOWED_STRINGS * plain;
+    let tunables = |env: &[(&str, &str)]| {
+        let (o, v) = live_run_with(&dir, "page-faults", None, &["/usr/bin/env"], env);
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        let seen = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("GLIBC_TUNABLES="))
+            .map(str::to_string);
+        (seen, v["notes"].to_string())
+    };
+    let max = i64::MAX;
+    let (seen, notes) = tunables(&[]);
+    if slowed {
+        assert_eq!(
+            seen.as_deref(),
+            Some(
+                format!(
+                    "glibc.cpu.x86_rep_movsb_threshold={max}:glibc.cpu.x86_rep_stosb_threshold={max}"
+                )
+                .as_str()
+            )
+        );
+        assert!(
+            notes.contains("string instructions run") && notes.contains("set them yourself"),
+            "{notes}"
+        );
+    } else {
+        assert_eq!(
+            seen, None,
+            "a CPU that keeps fast strings ({plain} ns, armed {armed} ns)"
+        );
+        assert!(!notes.contains("string instructions"), "{notes}");
+    }
+    // The user's own tunables stay, and a threshold they set wins.
+    let own = "glibc.malloc.check=0:glibc.cpu.x86_rep_movsb_threshold=4096";
+    let (seen, _) = tunables(&[("GLIBC_TUNABLES", own)]);
+    let want = if slowed {
+        format!("{own}:glibc.cpu.x86_rep_stosb_threshold={max}")
+    } else {
+        own.to_string()
+    };
+    assert_eq!(seen.as_deref(), Some(want.as_str()));
+}
+
 #[test]
 fn the_conversion_follows_a_program_that_builds_then_walks() {
     if !have("qemu-x86_64", "RDX over a captured demo") {

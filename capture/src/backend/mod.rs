@@ -24,7 +24,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 pub use program::{evex_instructions, host_has_avx512, resolve, which, Program};
-pub use sys::signal_name;
+pub use sys::{signal_name, string_ops_under_watchpoint};
 
 use crate::symbols::SymbolError;
 use crate::trace::{EndInfo, Frame, Mode, TraceReader, TraceWriter};

@@ -226,6 +226,114 @@ impl Drop for WakeTimer {
     }
 }
 
+/// Minor page faults (pages touched for the first time, mostly) of every child mgbench has
+/// waited for so far.
+pub fn children_minor_faults() -> u64 {
+    // SAFETY: getrusage fills a plain struct we own.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid `who` and a pointer to our struct.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } != 0 {
+        return 0;
+    }
+    u64::try_from(usage.ru_minflt).unwrap_or(0)
+}
+
+/// The first fields of `struct perf_event_attr` (`PERF_ATTR_SIZE_VER1`, 72 bytes), all a
+/// breakpoint needs.
+#[repr(C)]
+#[derive(Default)]
+struct BreakpointAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    bp_addr: u64,
+    bp_len: u64,
+}
+
+/// A word nothing touches: the calibration's watchpoint watches it.
+static UNTOUCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Nanoseconds per `rep stosb` of `buf`, the best of a few batches.
+#[cfg(target_arch = "x86_64")]
+fn stosb_ns(buf: &mut [u8]) -> f64 {
+    const REPS: u32 = 16;
+    (0..5)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            for _ in 0..REPS {
+                // SAFETY: rep stosb writes rcx bytes of al from rdi: exactly `buf`, which we
+                // own mutably; the direction flag is clear (the ABI's default).
+                unsafe {
+                    std::arch::asm!(
+                        "rep stosb",
+                        inout("rdi") buf.as_mut_ptr() => _,
+                        inout("rcx") buf.len() => _,
+                        in("al") 0u8,
+                        options(nostack, preserves_flags),
+                    );
+                }
+            }
+            start.elapsed().as_nanos() as f64 / f64::from(REPS)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// What an armed hardware watchpoint costs string instructions on this CPU: nanoseconds of
+/// one `rep stosb` over 4 KiB on this thread, without and with a perf breakpoint armed (on
+/// a word nothing touches). x86 CPUs may run string instructions without their fast mode
+/// while a data breakpoint is enabled; glibc's memcpy and memset use them for mid-sized
+/// blocks, and the kernel clears every new page with one. None where perf refuses
+/// breakpoints, or off x86-64.
+pub fn string_ops_under_watchpoint() -> Option<(f64, f64)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        const PERF_TYPE_BREAKPOINT: u32 = 5;
+        const HW_BREAKPOINT_RW: u32 = 3;
+        const EXCLUDE_KERNEL: u64 = 1 << 5;
+        const EXCLUDE_HV: u64 = 1 << 6;
+        const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+        let mut buf = vec![1u8; 4096];
+        let plain = stosb_ns(&mut buf);
+        let attr = BreakpointAttr {
+            kind: PERF_TYPE_BREAKPOINT,
+            size: std::mem::size_of::<BreakpointAttr>() as u32,
+            sample_period: 1,
+            flags: EXCLUDE_KERNEL | EXCLUDE_HV,
+            bp_type: HW_BREAKPOINT_RW,
+            bp_addr: UNTOUCHED.as_ptr() as u64,
+            bp_len: 8,
+            ..BreakpointAttr::default()
+        };
+        // SAFETY: perf_event_open with a valid attr of the size it declares, this thread
+        // (pid 0, cpu -1), no group.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const BreakpointAttr,
+                0,
+                -1,
+                -1,
+                PERF_FLAG_FD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return None;
+        }
+        let armed = stosb_ns(&mut buf);
+        // SAFETY: the descriptor perf_event_open just gave us, closed once.
+        unsafe { libc::close(fd as libc::c_int) };
+        Some((plain, armed))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
