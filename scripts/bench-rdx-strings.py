@@ -4,7 +4,7 @@
 x86 CPUs may run `rep movs` and `rep stos` without their fast mode while a data breakpoint
 is enabled, and live RDX keeps up to 4 armed for most of a run (a sampled use waits for its
 reuse). glibc's memcpy and memset use those instructions for mid-sized blocks, and the kernel
-clears every new page with one. This script runs scripts/apps/strings (built here) natively,
+clears every new page with one. This script runs scripts/apps/stringops (built here) natively,
 --reps times in turn, in three ways:
 
   unarmed   no watchpoint
@@ -34,7 +34,7 @@ import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
-STRINGS = os.path.join(ROOT, "scripts", "apps", "build", "strings")
+STRINGS = os.path.join(ROOT, "scripts", "apps", "build", "stringops")
 LINE = re.compile(r"memcpy ([\d.]+) GB/s memset ([\d.]+) GB/s first-touch ([\d.]+) us/page")
 
 

@@ -18,7 +18,7 @@ flags=(-O2 -g -fno-omit-frame-pointer -Wall -Wextra)
 "$cc" "${flags[@]}" -o "$out/gups" "$here/gups.c"
 "$cc" "${flags[@]}" -o "$out/gather" "$here/gather.c"
 "$cc" "${flags[@]}" -o "$out/triad" "$here/triad.c"
-for app in reuse_loops attribution hotcold rowcol ptrchase fdclose strings; do
+for app in reuse_loops attribution hotcold rowcol ptrchase fdclose stringops; do
     "$cc" "${flags[@]}" -o "$out/$app" "$here/$app.c"
 done
 # AVX-512 demo: built where the compiler supports it; runs only on AVX-512 CPUs (ptrace backend).

@@ -34,7 +34,7 @@ static double now(void) {
 
 static char *fresh(size_t bytes) {
     char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) { perror("strings: mmap"); exit(2); }
+    if (p == MAP_FAILED) { perror("stringops: mmap"); exit(2); }
     return p;
 }
 
@@ -49,7 +49,7 @@ static void arm(void) {
     a.exclude_kernel = 1;
     a.exclude_hv = 1;
     if (syscall(SYS_perf_event_open, &a, 0, -1, -1, 0) < 0) {
-        perror("strings: perf_event_open (breakpoint)");
+        perror("stringops: perf_event_open (breakpoint)");
         exit(2);
     }
 }
@@ -62,12 +62,12 @@ int main(int argc, char **argv) {
     long long pages = arg_ll(argc, argv, "--pages", 16384);
     long long touch = arg_ll(argc, argv, "--touch", 0);
     if (size < 1 || mib < 1 || pages < 1 || touch < 0) {
-        fprintf(stderr, "strings: size, mib and pages must be >= 1, touch >= 0\n");
+        fprintf(stderr, "stringops: size, mib and pages must be >= 1, touch >= 0\n");
         return 2;
     }
     long page = sysconf(_SC_PAGESIZE);
     char *src = malloc((size_t)size), *dst = malloc((size_t)size);
-    if (!src || !dst) { perror("strings: malloc"); return 2; }
+    if (!src || !dst) { perror("stringops: malloc"); return 2; }
     memset(src, 1, (size_t)size);
     memset(dst, 2, (size_t)size);
     char *timed = fresh((size_t)(pages * page));
