@@ -4,6 +4,7 @@
 //! - [`import`]: traces from other tools (gs_patterns/DynamoRIO, Valgrind lackey, MemGaze).
 //! - [`symbols`]: instruction address to function and file:line, from the trace's mappings.
 //! - [`stats`]: what `mgbench trace info` reports.
+//! - [`descriptors`]: the descriptor numbers the plugin keeps for its own files.
 //! - `backend` (feature `backends`): QEMU user-mode plugin runner, ptrace single-stepper,
 //!   Intel PT detection.
 //!
@@ -35,6 +36,7 @@
 
 #[cfg(feature = "backends")]
 pub mod backend;
+pub mod descriptors;
 pub mod import;
 pub mod native_rdx;
 pub mod progress;

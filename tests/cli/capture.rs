@@ -761,6 +761,58 @@ fn function_references(dir: &Path, trace: &str) -> HashMap<String, u64> {
         .collect()
 }
 
+/// The plugin's files sit at half the descriptor limit and up; mgbench grows QEMU's
+/// descriptor table that far before the exec (once QEMU has threads, growing it waits for an
+/// RCU grace period). The program sees the grown table (FDSize) but no descriptor of it.
+#[test]
+fn the_descriptor_table_is_grown_before_qemu_starts_and_nothing_stays_open() {
+    if !need_qemu("capture of a program that lists its descriptors") {
+        return;
+    }
+    let dir = temp_dir("fdtable");
+    // Prints its table's size and its open descriptors (run under QEMU: QEMU's, which the
+    // plugin shares).
+    build_c(
+        &dir,
+        "fds",
+        "#include <dirent.h>\n#include <stdio.h>\n#include <string.h>\n\
+         int main(void) { char l[256]; FILE *f = fopen(\"/proc/self/status\", \"r\");\n\
+         while (fgets(l, sizeof l, f)) if (!strncmp(l, \"FDSize:\", 7)) fputs(l, stdout);\n\
+         fclose(f); DIR *d = opendir(\"/proc/self/fd\"); struct dirent *e;\n\
+         while ((e = readdir(d))) if (e->d_name[0] != '.') printf(\"%s\\n\", e->d_name);\n\
+         return 0; }\n",
+        &["-O1"],
+    );
+    // Under `ulimit -n 2000` the plugin's files sit at 1000 and up, which a table of 1024
+    // holds; the reserved 1064 needs 2048: only the growth before the exec makes it so.
+    let floor = mgbench_capture::descriptors::floor(2000);
+    let reserved = mgbench_capture::descriptors::reserve(2000).unwrap();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 2000 && exec '{}' capture --full -q -o t.mgbt -- ./fds",
+            env!("CARGO_BIN_EXE_mgbench")
+        ))
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let size: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("FDSize:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no FDSize in {out}"));
+    assert_eq!(
+        size, 2048,
+        "table under a floor of {floor}, {reserved} reserved"
+    );
+    let fds: Vec<u64> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    assert!(!fds.contains(&reserved), "{fds:?}");
+    // The plugin's own files are there, at the floor and up.
+    assert!(fds.iter().any(|&f| f >= floor), "{fds:?}");
+}
+
 #[test]
 fn a_program_that_closes_or_replaces_descriptors_keeps_its_files_and_the_trace_whole() {
     if !need_qemu("capture of a program that closes every descriptor") {

@@ -712,11 +712,10 @@ pub fn descriptor_limit() -> u64 {
     }
 }
 
-/// The lowest number the plugin gives its own descriptors: half the soft descriptor limit
-/// (512 under the usual 1024), far above the numbers a program opens or names (`exec 3>f`,
-/// bash's 10 and 255), and below the limit so that it stays valid.
+/// The lowest number the plugin gives its own descriptors
+/// ([`mgbench_capture::descriptors::floor`]: half the soft descriptor limit).
 fn high_floor() -> c_int {
-    (descriptor_limit() / 2).clamp(10, 1 << 16) as c_int
+    mgbench_capture::descriptors::floor(descriptor_limit()) as c_int
 }
 
 /// A copy of descriptor `fd` (close-on-exec) numbered `min` or more; `None` if there is none.

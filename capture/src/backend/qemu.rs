@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use super::program::{resolve, which};
 use super::sys::{
-    children_minor_faults, die_with_parent, inherit, memory_file, string_ops_under_watchpoint,
-    SignalGuard,
+    children_minor_faults, die_with_parent, inherit, memory_file, reserve_descriptors,
+    string_ops_under_watchpoint, SignalGuard,
 };
 use super::{
     command_line, finalize, scan_counts, signal_name, CaptureConfig, CaptureError, CaptureReport,
@@ -429,9 +429,12 @@ pub fn rdx_native(cfg: &LiveRdxConfig, sampler: NativeSampler) -> Result<LiveRdx
         .args(&cfg.args)
         .env("LD_PRELOAD", preload)
         .env(crate::native_rdx::ENV, setting);
+    // Before the program starts, as its environment depends on it: about 0.1 ms, plus up to
+    // 20 ms where the breakpoint's perf_event_open waits for an RCU grace period.
     let strings = string_ops_under_watchpoint();
     let kept_off = strings.and_then(|s| keep_off_rep_strings(&mut command, s));
     die_with_parent(&mut command);
+    reserve_descriptors(&mut command);
     let mut run = run_live(command, &program.path, &events, &program.path, &cfg.args)?;
     run.notes.extend(kept_off);
     run.notes
@@ -557,6 +560,7 @@ fn qemu_command(
         .arg(program)
         .args(args);
     die_with_parent(&mut command);
+    reserve_descriptors(&mut command);
     command
 }
 
@@ -681,12 +685,16 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         cfg.jitter
     );
     let command = qemu_command(&qemu, &arg, &program.path, &cfg.args);
-    let strings = string_ops_under_watchpoint();
+    // Measured on a thread of its own while the program runs: its breakpoint's first
+    // perf_event_open may wait for an RCU grace period (0-20 ms here), which the program
+    // should not wait for.
+    let strings = std::thread::spawn(string_ops_under_watchpoint);
     let mut run = run_live(command, &qemu, &events, &program.path, &cfg.args)?;
     let empty = std::fs::metadata(&events).map_or(true, |m| m.len() == 0);
     if empty && matches!(run.exit, ProgramExit::Code(_)) {
         return Err(CaptureError::PluginNotLoaded { plugin });
     }
+    let strings = strings.join().ok().flatten();
     run.notes
         .extend(strings.and_then(|s| page_clearing(&run, s)));
     Ok(run)

@@ -84,6 +84,40 @@ pub fn die_with_parent(command: &mut std::process::Command) {
     }
 }
 
+/// Grows the descriptor table of the program `command` starts, before it execs, up to
+/// [`crate::descriptors::reserve`] (a number opened and closed again: nothing stays open),
+/// so that the plugin's move of its files to [`crate::descriptors::floor`] and up does not
+/// grow it once QEMU has threads (an RCU grace period, 10-19 ms here).
+pub fn reserve_descriptors(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getrlimit fills the struct it is given.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid resource and pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    let Some(top) =
+        crate::descriptors::reserve(lim.rlim_cur).and_then(|n| libc::c_int::try_from(n).ok())
+    else {
+        return;
+    };
+    // SAFETY: the closure runs in the forked child before exec and only calls fcntl and
+    // close, which are async-signal-safe; it allocates nothing. A failure (no descriptor
+    // 0-2 open, or no number that high) leaves the table as it was.
+    unsafe {
+        command.pre_exec(move || {
+            for fd in 0..3 {
+                let copy = libc::fcntl(fd, libc::F_DUPFD, top);
+                if copy >= 0 {
+                    libc::close(copy);
+                    break;
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 /// In a child between fork and exec: asks the kernel to send it SIGKILL when its parent
 /// `parent` (mgbench) dies. False if the parent died already, between the fork and this
 /// call (then no signal will come). Async-signal-safe: two system calls, no allocation.
