@@ -35,6 +35,7 @@ fn main() {
             panic!("MGBENCH_SKIP_PLUGIN_EMBED is set under CI: unset it (CI tests the embedded plugin)");
         }
         std::fs::write(&embedded, []).expect("write OUT_DIR");
+        name_plugin(&[]);
         return;
     }
     // OUT_DIR = <target>/<profile>/build/<package-hash>/out.
@@ -84,4 +85,15 @@ fn main() {
     let built = plugin_target.join("release").join(PLUGIN_FILE);
     std::fs::copy(&built, &embedded)
         .unwrap_or_else(|e| panic!("cannot copy {} into OUT_DIR: {e}", built.display()));
+    name_plugin(&std::fs::read(&embedded).expect("read the embedded plugin back"));
+}
+
+/// Gives the binary the hash of the embedded plugin's bytes (`MGBENCH_PLUGIN_HASH`), which
+/// names its cached copy: FNV-1a, a name, not a security check (the cache directory is the
+/// user's own). Hashed here once rather than by every run.
+fn name_plugin(bytes: &[u8]) {
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    println!("cargo:rustc-env=MGBENCH_PLUGIN_HASH={hash:016x}");
 }

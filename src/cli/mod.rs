@@ -67,14 +67,16 @@ enum Command {
     Compare(report::CompareArgs),
 }
 
-/// The QEMU plugin, built and embedded by build.rs (empty where the build skipped it).
+/// The QEMU plugin, built and embedded by build.rs (empty where the build skipped it), and
+/// the hash of its bytes that names its cached copy.
 static PLUGIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmgbench_qemu_plugin.so"));
+const PLUGIN_HASH: &str = env!("MGBENCH_PLUGIN_HASH");
 
 /// Runs the command; returns the exit status for the process.
 pub fn run(cli: Cli) -> Result<i32> {
     // Every command that starts QEMU (capture, `profile`, live `reuse`) finds the plugin
     // built into this executable, wherever it was installed.
-    mgbench_capture::backend::qemu::embed_plugin(PLUGIN);
+    mgbench_capture::backend::qemu::embed_plugin(PLUGIN, PLUGIN_HASH);
     // Sticky: `profile` runs capture and replay through here again without the flag.
     if cli.quiet {
         progress::set_quiet(true);

@@ -35,27 +35,25 @@ pub fn find_qemu() -> Result<PathBuf, CaptureError> {
     which("qemu-x86_64").ok_or(CaptureError::QemuMissing)
 }
 
-/// The plugin built into the running executable, if its build embedded one.
-static EMBEDDED: std::sync::OnceLock<&'static [u8]> = std::sync::OnceLock::new();
+/// The plugin built into the running executable, if its build embedded one, and the name
+/// its build gave those bytes.
+static EMBEDDED: std::sync::OnceLock<(&'static [u8], &'static str)> = std::sync::OnceLock::new();
 
 /// Hands capture the plugin's bytes built into the executable (the `mgbench` binary embeds
-/// them at build time): [`find_plugin`] then writes them once to a cache directory and uses
+/// them at build time) and their hash, computed by the build (hashing 1.5 MB here cost each
+/// run about 2 ms): [`find_plugin`] then writes them once to a cache directory and uses
 /// that file, wherever the binary was installed. Empty bytes (a build that skipped the
 /// embedding) are ignored.
-pub fn embed_plugin(bytes: &'static [u8]) {
+pub fn embed_plugin(bytes: &'static [u8], hash: &'static str) {
     if !bytes.is_empty() {
-        let _ = EMBEDDED.set(bytes);
+        let _ = EMBEDDED.set((bytes, hash));
     }
 }
 
 /// Where the embedded plugin is written: $XDG_CACHE_HOME/mgbench, ~/.cache/mgbench, or the
-/// temporary directory; the file name carries a hash of the bytes, so that binaries of
+/// temporary directory; the file name carries `hash`, the bytes' hash, so that binaries of
 /// different versions never share one.
-fn cached_plugin(bytes: &[u8]) -> Result<PathBuf, CaptureError> {
-    // FNV-1a: a name, not a security check (the directory is the user's own).
-    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
+fn cached_plugin(bytes: &[u8], hash: &str) -> Result<PathBuf, CaptureError> {
     let dirs = [
         std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("mgbench")),
         std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".cache/mgbench")),
@@ -63,13 +61,13 @@ fn cached_plugin(bytes: &[u8]) -> Result<PathBuf, CaptureError> {
     ];
     let mut tried = Vec::new();
     for dir in dirs.into_iter().flatten() {
-        let path = dir.join(format!("libmgbench_qemu_plugin-{hash:016x}.so"));
+        let path = dir.join(format!("libmgbench_qemu_plugin-{hash}.so"));
         if std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
             return Ok(path);
         }
         // Written under a unique name and renamed: concurrent captures never load half a
         // file.
-        let tmp = dir.join(format!(".plugin-{}-{hash:016x}.tmp", std::process::id()));
+        let tmp = dir.join(format!(".plugin-{}-{hash}.tmp", std::process::id()));
         let written = std::fs::create_dir_all(&dir)
             .and_then(|()| std::fs::write(&tmp, bytes))
             .and_then(|()| std::fs::rename(&tmp, &path));
@@ -137,8 +135,8 @@ pub fn find_plugin() -> Result<PathBuf, CaptureError> {
             })
         };
     }
-    if let Some(bytes) = EMBEDDED.get() {
-        return cached_plugin(bytes);
+    if let Some((bytes, hash)) = EMBEDDED.get() {
+        return cached_plugin(bytes, hash);
     }
     let mut candidates = Vec::new();
     if let Ok(exe) = std::env::current_exe() {
