@@ -186,37 +186,53 @@ fn a_sampled_trace_estimates_the_runs_footprint_against_a_full_one() {
         let exact = analyze_json(&dir, &[&full, "--no-apex"])["memory"]["distinct_lines"]
             .as_f64()
             .unwrap();
-        let sampled = format!("{name}-sampled.mgbt");
-        let mut a = vec![
-            "capture",
-            "--sample-window",
-            "1024",
-            "--sample-period",
-            "65536",
-            "-o",
-            &sampled,
-        ];
-        a.extend(&run);
-        let o = mgbench(&a, &dir);
-        assert!(o.status.success(), "{}", stderr(&o));
-        let v = analyze_json(&dir, &[&sampled, "--no-apex"]);
-        let f = &v["footprint"];
-        assert_eq!(
-            f["estimate"]["method"], "chao2",
-            "{name}: {}",
-            f["estimate"]
-        );
-        let est = f["estimated_blocks"].as_f64().unwrap();
-        let seen = f["estimate"]["seen_blocks"].as_f64().unwrap();
+        // Where the windows fall moves the estimate (Chao2 rests on the lines seen in exactly
+        // one and two windows), and a program's access count, so where its windows fall,
+        // shifts with its environment: the median over three placements (--sample-seed) is
+        // judged, each of which must still be an estimate.
+        let mut estimates = Vec::new();
+        let seeds = ["1", "2", "3"];
+        for seed in seeds {
+            let sampled = format!("{name}-sampled-{seed}.mgbt");
+            let mut a = vec![
+                "capture",
+                "--sample-window",
+                "1024",
+                "--sample-period",
+                "65536",
+                "--sample-seed",
+                seed,
+                "-o",
+                &sampled,
+            ];
+            a.extend(&run);
+            let o = mgbench(&a, &dir);
+            assert!(o.status.success(), "{}", stderr(&o));
+            let v = analyze_json(&dir, &[&sampled, "--no-apex"]);
+            let f = &v["footprint"];
+            assert_eq!(
+                f["estimate"]["method"], "chao2",
+                "{name}: {}",
+                f["estimate"]
+            );
+            let seen = f["estimate"]["seen_blocks"].as_f64().unwrap();
+            assert!(
+                seen < 0.8 * exact,
+                "{name}: the windows saw {seen} of {exact}"
+            );
+            estimates.push((
+                f["estimated_blocks"].as_f64().unwrap(),
+                f["estimate"].clone(),
+            ));
+        }
+        estimates.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (est, how) = &estimates[1];
         assert!(
-            seen < 0.8 * exact,
-            "{name}: the windows saw {seen} of {exact}"
+            *est > 0.6 * exact && *est < 1.3 * exact,
+            "{name}: estimated {est} blocks (median of 3 placements), exact {exact} ({how}; all: {:?})",
+            estimates.iter().map(|e| e.0).collect::<Vec<_>>()
         );
-        assert!(
-            est > 0.6 * exact && est < 1.3 * exact,
-            "{name}: estimated {est} blocks, exact {exact} ({})",
-            f["estimate"]
-        );
+        let sampled = format!("{name}-sampled-{}.mgbt", seeds[2]);
         let o = mgbench(&["analyze", "--no-apex", &sampled], &dir);
         let t = stdout(&o);
         assert!(
