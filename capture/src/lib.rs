@@ -5,6 +5,7 @@
 //! - [`symbols`]: instruction address to function and file:line, from the trace's mappings.
 //! - [`stats`]: what `mgbench trace info` reports.
 //! - [`descriptors`]: the descriptor numbers the plugin keeps for its own files.
+//! - [`perf`]: `perf_event_open`'s attribute record (breakpoints, samplers, counters).
 //! - `backend` (feature `backends`): QEMU user-mode plugin runner, ptrace single-stepper,
 //!   Intel PT detection.
 //!
@@ -39,6 +40,7 @@ pub mod backend;
 pub mod descriptors;
 pub mod import;
 pub mod native_rdx;
+pub mod perf;
 pub mod progress;
 pub mod spill;
 pub mod stats;

@@ -32,11 +32,10 @@ use mgbench_capture::native_rdx::{NativeSampler, ENV};
 
 use crate::rdx::{self, RdxArgs};
 use crate::sys::{self, EventSpec, PerfCounter, PerfSampler};
+use mgbench_capture::perf::{PERF_TYPE_RAW, PERF_TYPE_SOFTWARE};
 
 /// The sampler's overflow signal.
 const SIGNAL: c_int = libc::SIGIO;
-const PERF_TYPE_RAW: u32 = 4;
-const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_PAGE_FAULTS: u64 = 2;
 
 /// The sampling event and, when the time comes from another one, the counting event.

@@ -466,63 +466,27 @@ pub fn on_fork_child(f: extern "C" fn()) {
     unsafe { libc::pthread_atfork(None, None, Some(f)) };
 }
 
-/// `struct perf_event_attr` as of Linux 5.13 (PERF_ATTR_SIZE_VER7), the fields a breakpoint
-/// uses.
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    bp_addr: u64,
-    bp_len: u64,
-    branch_sample_type: u64,
-    sample_regs_user: u64,
-    sample_stack_user: u32,
-    clockid: i32,
-    sample_regs_intr: u64,
-    aux_watermark: u32,
-    sample_max_stack: u16,
-    reserved_2: u16,
-    aux_sample_size: u32,
-    reserved_3: u32,
-    sig_data: u64,
-}
+use mgbench_capture::perf::{
+    breakpoint, PerfEventAttr, FLAG_DISABLED, FLAG_EXCLUDE_HV, FLAG_EXCLUDE_KERNEL,
+    FLAG_PRECISE_IP_SHIFT, FLAG_REMOVE_ON_EXEC, FLAG_SIGTRAP, PERF_FLAG_FD_CLOEXEC,
+};
 
-const PERF_TYPE_BREAKPOINT: u32 = 5;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-const HW_BREAKPOINT_RW: u32 = 3;
-const FLAG_DISABLED: u64 = 1 << 0;
-const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
-const FLAG_EXCLUDE_HV: u64 = 1 << 6;
-const FLAG_REMOVE_ON_EXEC: u64 = 1 << 36;
-const FLAG_SIGTRAP: u64 = 1 << 37;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
 const PERF_EVENT_IOC_MODIFY_ATTRIBUTES: libc::c_ulong = 0x4008_240b;
 /// `si_code` of a SIGTRAP sent by a perf event with `sigtrap` set.
 const TRAP_PERF: c_int = 6;
 
+/// [`breakpoint`] that raises SIGTRAP with `sig_data` on this thread when it fires, gone at
+/// exec, and created `disabled` or not.
 fn breakpoint_attr(addr: u64, len: u64, sig_data: u64, disabled: bool) -> PerfEventAttr {
+    let b = breakpoint(addr, len);
     PerfEventAttr {
-        kind: PERF_TYPE_BREAKPOINT,
-        size: std::mem::size_of::<PerfEventAttr>() as u32,
-        sample_period: 1,
-        flags: FLAG_EXCLUDE_KERNEL
-            | FLAG_EXCLUDE_HV
+        flags: b.flags
             | FLAG_REMOVE_ON_EXEC
             | FLAG_SIGTRAP
             | if disabled { FLAG_DISABLED } else { 0 },
-        bp_type: HW_BREAKPOINT_RW,
-        bp_addr: addr,
-        bp_len: len,
         sig_data,
-        ..PerfEventAttr::default()
+        ..b
     }
 }
 
@@ -689,7 +653,6 @@ pub fn keep_trap_hook_in_front() {
 
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
-const FLAG_PRECISE_IP_SHIFT: u64 = 15;
 const PERF_SAMPLE_IP: u64 = 1 << 0;
 const PERF_SAMPLE_ADDR: u64 = 1 << 3;
 const PERF_RECORD_SAMPLE: u32 = 9;
@@ -803,7 +766,7 @@ fn open_event(attr: &PerfEventAttr) -> std::io::Result<c_int> {
             0,
             -1,
             -1,
-            PERF_FLAG_FD_CLOEXEC,
+            PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
         )
     };
     if fd < 0 {

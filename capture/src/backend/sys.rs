@@ -272,24 +272,6 @@ pub fn children_minor_faults() -> u64 {
     u64::try_from(usage.ru_minflt).unwrap_or(0)
 }
 
-/// The first fields of `struct perf_event_attr` (`PERF_ATTR_SIZE_VER1`, 72 bytes), all a
-/// breakpoint needs.
-#[repr(C)]
-#[derive(Default)]
-struct BreakpointAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    bp_addr: u64,
-    bp_len: u64,
-}
-
 /// A word nothing touches: the calibration's watchpoint watches it.
 static UNTOUCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -327,33 +309,20 @@ fn stosb_ns(buf: &mut [u8]) -> f64 {
 pub fn string_ops_under_watchpoint() -> Option<(f64, f64)> {
     #[cfg(target_arch = "x86_64")]
     {
-        const PERF_TYPE_BREAKPOINT: u32 = 5;
-        const HW_BREAKPOINT_RW: u32 = 3;
-        const EXCLUDE_KERNEL: u64 = 1 << 5;
-        const EXCLUDE_HV: u64 = 1 << 6;
-        const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+        use crate::perf::{breakpoint, PerfEventAttr, PERF_FLAG_FD_CLOEXEC};
         let mut buf = vec![1u8; 4096];
         let plain = stosb_ns(&mut buf);
-        let attr = BreakpointAttr {
-            kind: PERF_TYPE_BREAKPOINT,
-            size: std::mem::size_of::<BreakpointAttr>() as u32,
-            sample_period: 1,
-            flags: EXCLUDE_KERNEL | EXCLUDE_HV,
-            bp_type: HW_BREAKPOINT_RW,
-            bp_addr: UNTOUCHED.as_ptr() as u64,
-            bp_len: 8,
-            ..BreakpointAttr::default()
-        };
+        let attr = breakpoint(UNTOUCHED.as_ptr() as u64, 8);
         // SAFETY: perf_event_open with a valid attr of the size it declares, this thread
         // (pid 0, cpu -1), no group.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
-                &attr as *const BreakpointAttr,
+                &attr as *const PerfEventAttr,
                 0,
                 -1,
                 -1,
-                PERF_FLAG_FD_CLOEXEC,
+                PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
             )
         };
         if fd < 0 {
