@@ -42,7 +42,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import layout_env, select, timed  # noqa: E402
+from benchlib import build, layout_env, select, timed  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
@@ -71,10 +71,7 @@ def main():
     ap.add_argument("--only", help="comma-separated workload names (default: all)")
     args = ap.parse_args()
     if not args.skip_build:
-        subprocess.run(["cargo", "build", "--release", "--workspace", "--quiet"], cwd=ROOT,
-                       check=True)
-        subprocess.run([os.path.join(ROOT, "scripts", "apps", "build.sh")], check=True,
-                       stdout=subprocess.DEVNULL)
+        build()
     qemu = os.environ.get("MGBENCH_QEMU", "qemu-x86_64")
     s = args.scale
     app = lambda name, *a: [os.path.join(APPS, name), *a]

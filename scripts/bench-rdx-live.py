@@ -38,12 +38,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import layout_env, select, timed, write_text  # noqa: E402
+from benchlib import build, layout_env, select, timed, write_text  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
@@ -63,10 +62,7 @@ def main():
     ap.add_argument("--only", help="comma-separated workload names (default: all)")
     args = ap.parse_args()
     if not args.skip_build:
-        subprocess.run(["cargo", "build", "--release", "--workspace", "--quiet"], cwd=ROOT,
-                       check=True)
-        subprocess.run([os.path.join(ROOT, "scripts", "apps", "build.sh")], check=True,
-                       stdout=subprocess.DEVNULL)
+        build()
     qemu = os.environ.get("MGBENCH_QEMU", "qemu-x86_64")
     s = args.scale
     app = lambda name, *a: [os.path.join(APPS, name), *a]

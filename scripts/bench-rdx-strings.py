@@ -32,6 +32,9 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import build  # noqa: E402
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
 STRINGS = os.path.join(ROOT, "scripts", "apps", "build", "stringops")
@@ -69,10 +72,7 @@ def main():
     ap.add_argument("--skip-build", action="store_true")
     args = ap.parse_args()
     if not args.skip_build:
-        subprocess.run(["cargo", "build", "--release", "--workspace", "--quiet"], cwd=ROOT,
-                       check=True)
-        subprocess.run([os.path.join(ROOT, "scripts", "apps", "build.sh")], check=True,
-                       stdout=subprocess.DEVNULL)
+        build()
     tunables = mgbench_tunables()
     print(f"mgbench sets GLIBC_TUNABLES={tunables or '(nothing: strings not slowed here)'}")
     ways = [("unarmed", False, None), ("armed", True, None), ("mgbench", True, tunables)]

@@ -1,5 +1,5 @@
-"""Shared by the benchmark scripts: timing a command, and moving the memory layout between
-repetitions.
+"""Shared by the benchmark scripts: building, timing a command, and moving the memory layout
+between repetitions.
 
 The size of the environment moves the program's stack, and with it QEMU's heap and the
 guest's data, relative to cache sets and 4 KiB aliasing: here it alone moved bare QEMU on the
@@ -17,6 +17,17 @@ import time
 # Bytes the pad grows by per repetition: not a multiple of 16 or 64, so successive
 # repetitions land at different stack alignments and cache-line offsets.
 PAD_STEP = 680
+
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
+def build():
+    """Builds mgbench (release, the whole workspace) and the demo programs (scripts/apps)."""
+    subprocess.run(["cargo", "build", "--release", "--workspace", "--quiet"], cwd=ROOT,
+                   check=True)
+    subprocess.run([os.path.join(ROOT, "scripts", "apps", "build.sh")], check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 def layout_env(rep):

@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import select, write_text  # noqa: E402
+from benchlib import build, select, write_text  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
@@ -115,10 +115,7 @@ def main():
     args = ap.parse_args()
     names = list(select(PROGRAMS, args.only))
     if not args.skip_build:
-        subprocess.run(["cargo", "build", "--release", "--workspace", "-q"], cwd=ROOT,
-                       check=True)
-        subprocess.run([os.path.join(ROOT, "scripts", "apps", "build.sh")], check=True,
-                       stdout=subprocess.DEVNULL)
+        build()
     rows = []
     with tempfile.TemporaryDirectory(prefix="mgbench-footprint-") as work:
         paths = inputs(work)
