@@ -458,26 +458,32 @@ pub fn rdx_native(cfg: &LiveRdxConfig, sampler: NativeSampler) -> Result<LiveRdx
     Ok(run)
 }
 
-/// Where an armed watchpoint slows string instructions on this CPU (measured here, on this
-/// thread, in about a millisecond), tells the natively measured program's glibc to copy and
+/// How much slower string instructions run while a debug register is armed, from
+/// [`string_ops_under_watchpoint`]'s `(plain, armed)` nanoseconds of a 4 KiB `rep stosb`, for
+/// the notes; None where they are not slowed.
+fn slowed_strings((plain, armed): (f64, f64)) -> Option<String> {
+    (armed >= crate::native_rdx::SLOWED_STRINGS * plain).then(|| {
+        format!(
+            "{:.0}x slower while a debug register is armed on this CPU (rep stosb of 4 KiB: {plain:.0} ns, armed {armed:.0} ns)",
+            armed / plain.max(1.0)
+        )
+    })
+}
+
+/// Where an armed watchpoint slows string instructions on this CPU (measured on this thread
+/// before the program starts), tells the natively measured program's glibc to copy and
 /// clear without them (`GLIBC_TUNABLES`, the user's own settings kept): the sampled uses
 /// keep registers armed nearly the whole run, and a memcpy of 64 KiB went from 96 to 4 GB/s
 /// with one armed on this AMD EPYC. Returns the note that says what was done.
-fn keep_off_rep_strings(command: &mut Command, (plain, armed): (f64, f64)) -> Option<String> {
-    use crate::native_rdx::{without_rep_strings, SLOWED_STRINGS};
-    if armed < SLOWED_STRINGS * plain {
-        return None;
-    }
+fn keep_off_rep_strings(command: &mut Command, cost: (f64, f64)) -> Option<String> {
+    use crate::native_rdx::without_rep_strings;
+    let slowed = format!("string instructions run {}", slowed_strings(cost)?);
     let old = std::env::var_os("GLIBC_TUNABLES");
     let old = match &old {
         Some(v) => Some(v.to_str()?),
         None => None,
     };
     let (value, added) = without_rep_strings(old);
-    let slowed = format!(
-        "string instructions run {:.0}x slower while a debug register is armed on this CPU (rep stosb of 4 KiB: {plain:.0} ns, armed {armed:.0} ns)",
-        armed / plain.max(1.0)
-    );
     if added.is_empty() {
         return Some(format!(
             "{slowed}; GLIBC_TUNABLES already sets glibc's rep movsb and stosb thresholds, kept as given"
@@ -491,20 +497,20 @@ fn keep_off_rep_strings(command: &mut Command, (plain, armed): (f64, f64)) -> Op
 }
 
 /// The kernel clears each page a program touches first with a string instruction (`rep
-/// stosb` of 4 KiB), which `(plain, armed)` says an armed register slows: where the run's
-/// first touches could have cost more than 5% of it so, a note with the figure (an upper
-/// bound: registers are armed most of a run, not all of it). GUPS's 128 MiB table, 32768
-/// pages, cost about 33 ms of a 0.33 s live run here.
-fn page_clearing(run: &LiveRdxRun, (plain, armed): (f64, f64)) -> Option<String> {
-    let extra_s = run.minor_faults as f64 * (armed - plain).max(0.0) * 1e-9;
-    if armed < crate::native_rdx::SLOWED_STRINGS * plain || extra_s < 0.05 * run.elapsed_s {
+/// stosb` of 4 KiB), which `cost` (plain, armed) says an armed register slows: where the
+/// run's first touches could have cost more than 5% of it so, a note with the figure (an
+/// upper bound: registers are armed most of a run, not all of it). GUPS's 128 MiB table,
+/// 32768 pages, cost about 33 ms of a 0.33 s live run here.
+fn page_clearing(run: &LiveRdxRun, cost: (f64, f64)) -> Option<String> {
+    let extra_s = run.minor_faults as f64 * (cost.1 - cost.0).max(0.0) * 1e-9;
+    if extra_s < 0.05 * run.elapsed_s {
         return None;
     }
     Some(format!(
-        "the run touched {} new pages ({:.0} MiB); the kernel clears each with a string instruction, {:.0}x slower while a debug register is armed on this CPU ({plain:.0} ns per 4 KiB, armed {armed:.0} ns): up to {extra_s:.2} s of its {:.2} s",
+        "the run touched {} new pages ({:.0} MiB); the kernel clears each with a string instruction, {}: up to {extra_s:.2} s of its {:.2} s",
         run.minor_faults,
         run.minor_faults as f64 * 4096.0 / 1048576.0,
-        armed / plain.max(1.0),
+        slowed_strings(cost)?,
         run.elapsed_s
     ))
 }
