@@ -83,9 +83,11 @@ fn main() {
         );
     }
     let built = plugin_target.join("release").join(PLUGIN_FILE);
-    std::fs::copy(&built, &embedded)
-        .unwrap_or_else(|e| panic!("cannot copy {} into OUT_DIR: {e}", built.display()));
-    name_plugin(&std::fs::read(&embedded).expect("read the embedded plugin back"));
+    let bytes = std::fs::read(&built)
+        .unwrap_or_else(|e| panic!("cannot read the built plugin {}: {e}", built.display()));
+    std::fs::write(&embedded, &bytes)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", embedded.display()));
+    name_plugin(&bytes);
 }
 
 /// Gives the binary the hash of the embedded plugin's bytes (`MGBENCH_PLUGIN_HASH`), which
