@@ -8,7 +8,8 @@ pseudo-text), --reps interleaved runs of
   counter       qemu-x86_64 with mgbench's plugin counting accesses inline and never
                 sampling (`rdx=2^62`): the least the live design pays
   floor         qemu-x86_64 with mgbench's plugin in `floor=1` mode (an empty memory
-                callback): what a threaded program pays, counted in callbacks
+                callback): what a program pays while it counts in callbacks (short gaps,
+                threads where switches flush)
   live auto     mgbench reuse -- PROGRAM: live's default, the adaptive period (from 4096,
                 doubled every 128 samples, and, where gaps are counted inline, long enough
                 that a sample's two switches and the blocks QEMU then translates again
@@ -72,9 +73,9 @@ def main():
         "triad": app("triad", "--n=4194304", f"--sweeps={int(10 * s)}"),
         "gups": app("gups", "--log2size=24", f"--updates={int(4000000 * s)}"),
         "stencil": app("stencil", f"--iters={int(200 * s)}"),
-        # Two threads: each is sampled with its own count and registers, every access
-        # counted in callbacks (QEMU's inline counter is one for all vCPUs); judged against
-        # the empty-callback floor as well.
+        # Two threads: each is sampled with its own count and registers, and counts its
+        # long gaps inline with a counter of its own (QEMU 7.2, switched in place; elsewhere
+        # every access is counted in callbacks); the empty-callback floor is shown as well.
         "spmv-threads": app("spmv", "--rows=4096", "--nnz=16", f"--iters={int(2500 * s)}",
                             "--threads=2"),
         # A program nobody here wrote, with far more hot code than the kernels: where switches

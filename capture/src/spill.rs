@@ -21,8 +21,8 @@
 //! Skipped accesses are counted here too, so that a sampled trace's skip count stays exact
 //! after a death or an `execve`: each thread's slot holds its skips since its last sample
 //! (`tail_skipped`), the header those of threads that have exited, and the inline access
-//! counter itself lives on the page after the header, with `counter_base`, the count already
-//! given to a thread. [`drain`] adds them up.
+//! counters themselves (one per thread that counts inline) live on the pages after the
+//! header, with `counter_bases`, the counts already given to a thread. [`drain`] adds them up.
 //!
 //! When the guest calls `execve`, the plugin notes the path in the header: QEMU user mode runs
 //! the new program natively, so the trace ends there without an exit hook, and mgbench says
@@ -31,8 +31,9 @@
 //! QEMU's meminfo values (access size and direction, packed) can only be decoded through the
 //! plugin API, so the plugin writes a decoding table for all of them at start.
 //!
-//! Layout (native endianness, x86-64 little-endian): [`SpillHeader`] in the first 4 KiB, the
-//! counter page ([`COUNTER_LANES`] lanes, [`COUNTER_LANE_STRIDE`] u64s apart), the
+//! Layout (native endianness, x86-64 little-endian): [`SpillHeader`] in the first 4 KiB,
+//! [`COUNTER_PAGES`] counter pages (each [`COUNTER_LANES`] lanes, [`COUNTER_LANE_STRIDE`] u64s
+//! apart), the
 //! decoding table (one byte per meminfo value below [`DECODE_ENTRIES`]), then up to
 //! [`MAX_SLOTS`] slots of [`SLOT_BYTES`], each a [`SlotHeader`] (4 KiB), [`SLOT_SAMPLES`]
 //! [`RawSample`]s and [`SLOT_ACCESSES`] [`RawAccess`]es.
@@ -46,7 +47,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::trace::{Access, AccessKind, SampleHeader, TraceWriter};
 
-pub const MAGIC: [u8; 8] = *b"MGBSPIL2";
+pub const MAGIC: [u8; 8] = *b"MGBSPIL3";
 /// Accesses per slot: a chunk of the trace.
 pub const SLOT_ACCESSES: usize = 1 << 16;
 /// Sample headers per slot: a slot is handed over when either part is full.
@@ -55,19 +56,21 @@ pub const SLOT_SAMPLES: usize = 4096;
 pub const MAX_SLOTS: usize = 1024;
 /// Meminfo values the decoding table covers (QEMU 7.2 packs them in 18 bits).
 pub const DECODE_ENTRIES: usize = 1 << 18;
-/// The inline access counter's page: lanes the generated code adds to in turn (see the
-/// plugin's `switch`), summed by whoever reads the count.
+/// The inline access counters' pages, one per counter: lanes the generated code adds to in
+/// turn (see the plugin's `switch`), summed by whoever reads the count.
 pub const COUNTER_OFFSET: usize = 4096;
+/// Counters: threads that can count inline at once.
+pub const COUNTER_PAGES: usize = 32;
 pub const COUNTER_LANES: usize = 4;
 /// u64s between lanes (64 bytes: one cache line each).
 pub const COUNTER_LANE_STRIDE: usize = 8;
 /// Bytes of the `execve` path kept in the header.
 pub const EXEC_PATH_BYTES: usize = 1024;
-pub const DECODE_OFFSET: usize = COUNTER_OFFSET + 4096;
-// The counter has a page of its own (the plugin protects it to stop counting), after the
+pub const DECODE_OFFSET: usize = COUNTER_OFFSET + COUNTER_PAGES * 4096;
+// Each counter has a page of its own (the plugin protects it to stop counting), after the
 // header's, and its lanes fit in it.
 const _: () = assert!(COUNTER_OFFSET % 4096 == 0);
-const _: () = assert!(COUNTER_LANES * COUNTER_LANE_STRIDE * 8 <= DECODE_OFFSET - COUNTER_OFFSET);
+const _: () = assert!(COUNTER_LANES * COUNTER_LANE_STRIDE * 8 <= 4096);
 const _: () = assert!(size_of::<SpillHeader>() <= COUNTER_OFFSET);
 pub const SLOTS_OFFSET: usize = DECODE_OFFSET + DECODE_ENTRIES;
 const SLOT_HEADER_BYTES: usize = 4096;
@@ -91,8 +94,8 @@ pub struct SpillHeader {
     pub _pad: u32,
     /// Trace length after the last frame the writer finished.
     pub committed: AtomicU64,
-    /// The counter's value already given to a thread.
-    pub counter_base: AtomicU64,
+    /// Each counter's value already given to a thread.
+    pub counter_bases: [AtomicU64; COUNTER_PAGES],
     /// Skips since their last sample of the threads that have exited.
     pub retired_tail: AtomicU64,
     /// `execve` calls of the traced process, and the last one's path (`exec_len` bytes).
@@ -291,7 +294,7 @@ fn read_slot(spill: &File, i: usize, decode: &[u8]) -> Result<Option<PendingSlot
 }
 
 /// The skips no sample header holds: every filling slot's tail, the exited threads', and the
-/// counter's lanes past `counter_base`.
+/// counters' lanes past their `counter_bases`.
 fn tails(spill: &File, head: &[u8], slots: usize) -> io::Result<u64> {
     let mut sum = u64_at(head, offset_of!(SpillHeader, retired_tail));
     let mut h = vec![0u8; size_of::<SlotHeader>()];
@@ -302,14 +305,18 @@ fn tails(spill: &File, head: &[u8], slots: usize) -> io::Result<u64> {
         }
     }
     let mut page = vec![0u8; COUNTER_LANES * COUNTER_LANE_STRIDE * 8];
-    spill.read_exact_at(&mut page, COUNTER_OFFSET as u64)?;
-    let count = (0..COUNTER_LANES).fold(0u64, |c, l| {
-        c.wrapping_add(u64_at(&page, l * COUNTER_LANE_STRIDE * 8))
-    });
-    let uncredited = count.wrapping_sub(u64_at(head, offset_of!(SpillHeader, counter_base)));
-    // A counter behind its base cannot happen in one process; read as nothing rather than
-    // as 2^64.
-    Ok(sum.wrapping_add(if uncredited > 1 << 62 { 0 } else { uncredited }))
+    for c in 0..COUNTER_PAGES {
+        spill.read_exact_at(&mut page, (COUNTER_OFFSET + c * 4096) as u64)?;
+        let count = (0..COUNTER_LANES).fold(0u64, |n, l| {
+            n.wrapping_add(u64_at(&page, l * COUNTER_LANE_STRIDE * 8))
+        });
+        let base = u64_at(head, offset_of!(SpillHeader, counter_bases) + c * 8);
+        let uncredited = count.wrapping_sub(base);
+        // A counter behind its base cannot happen in one process; read as nothing rather
+        // than as 2^64.
+        sum = sum.wrapping_add(if uncredited > 1 << 62 { 0 } else { uncredited });
+    }
+    Ok(sum)
 }
 
 /// After the plugin died without finishing, appends to `trace` every access the spill file
@@ -684,19 +691,22 @@ mod tests {
             offset_of!(SpillHeader, retired_tail),
             &7u64.to_le_bytes(),
         );
-        // The counter: 100 in its lanes, 60 of them already given to a thread.
-        for (l, v) in [10u64, 20, 30, 40].iter().enumerate() {
+        // The first counter: 100 in its lanes, 60 of them already given to a thread; the
+        // fourth (another thread's): 25, 20 of them given.
+        for (c, lanes, given) in [(0, [10u64, 20, 30, 40], 60u64), (3, [5, 5, 5, 10], 20)] {
+            for (l, v) in lanes.iter().enumerate() {
+                put(
+                    &mut img,
+                    COUNTER_OFFSET + c * 4096 + l * COUNTER_LANE_STRIDE * 8,
+                    &v.to_le_bytes(),
+                );
+            }
             put(
                 &mut img,
-                COUNTER_OFFSET + l * COUNTER_LANE_STRIDE * 8,
-                &v.to_le_bytes(),
+                offset_of!(SpillHeader, counter_bases) + c * 8,
+                &given.to_le_bytes(),
             );
         }
-        put(
-            &mut img,
-            offset_of!(SpillHeader, counter_base),
-            &60u64.to_le_bytes(),
-        );
         let path = b"/usr/bin/python3.11";
         put(
             &mut img,
@@ -712,7 +722,7 @@ mod tests {
         let spill = dir.join("spill");
         std::fs::write(&spill, img).unwrap();
         let d = drain(&std::fs::File::open(&spill).unwrap(), &trace).unwrap();
-        assert_eq!(d.tail_skipped, 100 + 7 + 40);
+        assert_eq!(d.tail_skipped, 100 + 7 + 40 + 5);
         assert_eq!(d.exec.as_deref(), Some("/usr/bin/python3.11"));
         assert_eq!(d.chunks, 0, "no accesses in the slots");
         std::fs::remove_dir_all(&dir).ok();

@@ -777,7 +777,7 @@ pub fn reuse_live(
     let nthreads = tracks.len();
     if nthreads > 1 {
         notes.push(format!(
-            "{nthreads} threads: each was sampled with its own access count, period and registers, as per-thread hardware would (a reuse is the same thread's next touch); the histograms add them up; with threads QEMU counts every access in callbacks (its inline counter is one for all), so the run costs about what an empty memory callback does"
+            "{nthreads} threads: each was sampled with its own access count, period and registers, as per-thread hardware would (a reuse is the same thread's next touch); the histograms add them up; between samples each thread counts inline with a counter of its own where QEMU switches instrumentation in place (QEMU 7.2, up to 31 threads at once; the others count in callbacks), and elsewhere every thread counts in callbacks, at about what an empty memory callback costs"
         ));
     }
     let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses);

@@ -320,7 +320,8 @@ fn switched_sampling_counts_every_skipped_access_exactly() {
             &["-P", "-c", "print(sum(i * i for i in range(300000)))"],
             &["--sample-period", "524288"],
         ),
-        // Two workers: counting goes back to callbacks when the first one starts.
+        // Two workers: they take turns with the counter (switched in place), or count in
+        // callbacks once the first one starts (where switches flush).
         (
             "spmv",
             &["--rows=16384", "--nnz=16", "--iters=8", "--threads=2"],
@@ -367,11 +368,10 @@ fn switched_sampling_counts_every_skipped_access_exactly() {
             assert!(switches >= 2, "{prog} ({switch}): {:?}", sampled.notes);
             if switch == "flush" {
                 assert_eq!(in_place, 0, "{prog}: {:?}", sampled.notes);
-            } else if prog != "spmv" {
-                assert_eq!(in_place, switches, "{prog}: {:?}", sampled.notes);
             } else {
-                // The second thread's start switches by a flush (it must reach every vCPU).
-                assert!(in_place + 1 >= switches, "{prog}: {:?}", sampled.notes);
+                // With threads too: one at a time holds the counter, in its own set.
+                assert_eq!(in_place, switches, "{prog}: {:?}", sampled.notes);
+                eprintln!("{prog}: {switches} switches, windows {windows:?}");
             }
         }
     }

@@ -781,6 +781,70 @@ fn live_rdx_follows_every_thread_like_the_trace() {
     );
 }
 
+/// Switched in place (QEMU 7.2), each thread counts inline with a counter of its own between
+/// samples (periods of 2^17 and more): the run's count matches a full trace's, and each
+/// worker's reuses of its part of x come out in its own accesses, as the trace-driven run
+/// over the same program's trace has them (had one thread's counter held another's accesses,
+/// or a new thread run with its creator's counter, they would lie further apart).
+#[test]
+fn live_rdx_counts_each_thread_inline_with_its_own_counter() {
+    if !have("qemu-x86_64", "live RDX of a threaded program") {
+        return;
+    }
+    let dir = temp_dir("reuse-live-threads-inline");
+    let program = [
+        app("spmv"),
+        "--rows=16384".to_string(),
+        "--nnz=16".to_string(),
+        "--iters=64".to_string(),
+        "--threads=2".to_string(),
+    ];
+    let args: Vec<&str> = program.iter().map(String::as_str).collect();
+    capture(&dir, "spmv2.mgbt", &args);
+    let period = "262144";
+    let exact = reuse_json(&dir, &["--rdx", "spmv2.mgbt", "--period", period]);
+    let want = stack(&exact, "exact_time");
+    // Three seeds: about 150 samples each (0.92-0.93 alone here, 0.958 together).
+    let mut got = vec![0.0; want.len()];
+    for seed in ["1", "2", "3"] {
+        let mut a = vec!["reuse", "--quiet", "--backend", "qemu", "--period", period];
+        a.extend(["--seed", seed, "-f", "json", "-o", "live.json", "--"]);
+        a.extend(args.iter().copied());
+        let o = mgbench(&a, &dir);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
+        assert_eq!(
+            v["threads"], exact["threads"],
+            "seed {seed}: {}",
+            v["notes"]
+        );
+        assert_counts_like_the_trace(&v, &exact, seed);
+        assert!(
+            v["words"]["samples"].as_u64().unwrap() > 100,
+            "{}",
+            v["words"]
+        );
+        for (g, x) in got.iter_mut().zip(stack(&v, "time")) {
+            *g += x / 3.0;
+        }
+    }
+    let s = accuracy_s(&want, &got);
+    assert!(
+        s >= 0.85,
+        "live time S {s} (3 seeds): {got:?} vs exact {want:?}"
+    );
+    // The peak: x's reuses in each worker's own accesses.
+    let peak = (0..want.len())
+        .max_by(|&a, &b| want[a].total_cmp(&want[b]))
+        .unwrap();
+    let beyond = got[peak + 1..].iter().sum::<f64>();
+    assert!(
+        want[peak] > 0.4 && got[peak] > 0.4 && beyond < 0.05,
+        "live time bins {got:?} vs exact {want:?}"
+    );
+}
+
 /// The native path (the library preloaded into the program, as RDX runs) with the page-fault
 /// software event standing in for the PMU, which this machine lacks: the sampler's signal,
 /// its ring buffer, watchpoints armed from the handler, their traps, the events file and the

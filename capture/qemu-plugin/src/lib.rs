@@ -195,6 +195,8 @@ impl Config {
 /// Per-thread state, touched only by its own vCPU thread (and by atexit, when every vCPU is
 /// stopped).
 struct Vcpu {
+    /// QEMU's index of the vCPU (reused after a thread exits).
+    vcpu: u32,
     /// Thread id in the trace: unique over the run (QEMU reuses vCPU indices of exited
     /// threads, which would merge two threads' streams).
     thread: u32,
@@ -230,6 +232,11 @@ impl Vcpu {
             self.skip_left -= 1;
             self.skipped += 1;
             self.publish_tail();
+            if self.skip_left % rdx::RETRY_EVERY == 0 && self.skip_left >= switch::MIN_SKIP {
+                // A long skip in callbacks: its switch was refused (a thread was being
+                // created).
+                switch::window_closed(self.vcpu);
+            }
             return;
         }
         if !self.sample_open {
@@ -263,7 +270,7 @@ impl Vcpu {
             self.sample_id += 1;
             self.window_used = 0;
             self.skip_left = self.period - self.window;
-            switch::window_closed();
+            switch::window_closed(self.vcpu);
         }
         if self.len as usize >= SLOT_ACCESSES || self.closed as usize >= SLOT_SAMPLES {
             self.flush(false);
@@ -469,6 +476,7 @@ extern "C" fn vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
         )));
     }
     let v = Box::new(Vcpu {
+        vcpu,
         thread,
         off: buffer.is_none(),
         roi_gate: p.cfg.roi_mode == RoiMode::Inclusive,
@@ -535,6 +543,10 @@ fn retired() -> &'static Mutex<Vec<usize>> {
 extern "C" fn vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {
     // SAFETY: the exit callback runs on the exiting vCPU's thread.
     if let Some(v) = unsafe { vcpu_state(vcpu) } {
+        // What it counted inline last, if it held the counter.
+        if let Some(n) = switch::thread_exits(vcpu) {
+            v.credit_skips(n);
+        }
         v.flush(true);
         // Its slot is gone; its skips since the last sample stay countable after a death.
         if std::process::id() == plugin().pid {
@@ -585,8 +597,8 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     // SAFETY: `tb` is valid for the duration of this callback; QEMU owns it.
     let (n, tb_vaddr) = unsafe { (qemu_plugin_tb_n_insns(tb), qemu_plugin_tb_vaddr(tb)) };
     note_mappings(p, tb_vaddr);
-    if switch::mode() == switch::Mode::Count {
-        register_counting(tb);
+    if let Some(c) = switch::translate_counting() {
+        register_counting(tb, c);
         return;
     }
     let roi = if p.cfg.roi_mode == RoiMode::None {
@@ -647,9 +659,9 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     }
 }
 
-/// One inline add to the counter per memory access of the TB (the counting mode of `switch`),
+/// One inline add to counter `c` per memory access of the TB (the counting mode of `switch`),
 /// its instructions taking the counter's lanes in turn.
-fn register_counting(tb: *mut qemu_plugin_tb) {
+fn register_counting(tb: *mut qemu_plugin_tb, c: usize) {
     // SAFETY: `tb` is valid during the translation callback that passes it.
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
     for i in 0..n {
@@ -659,7 +671,7 @@ fn register_counting(tb: *mut qemu_plugin_tb) {
                 qemu_plugin_tb_get_insn(tb, i),
                 QEMU_PLUGIN_MEM_RW,
                 QEMU_PLUGIN_INLINE_ADD_U64,
-                switch::lane_ptr(i).cast(),
+                switch::lane_ptr(c, i).cast(),
                 1,
             )
         };
@@ -674,8 +686,8 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     }
     // SAFETY: `tb` is valid during this callback.
     rdx::translated(unsafe { qemu_plugin_tb_vaddr(tb) });
-    if switch::mode() == switch::Mode::Count {
-        register_counting(tb);
+    if let Some(c) = switch::translate_counting() {
+        register_counting(tb, c);
         return;
     }
     // SAFETY: `tb` and its instruction handles are valid during this callback; the ip
@@ -700,7 +712,8 @@ extern "C" fn rdx_vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
         // The first thread (vCPU 0) is followed from `rdx::init`.
         switch::set_owner(vcpu);
     } else {
-        // Counting goes back to callbacks for good: the inline counter is one for all.
+        // Where switches flush, counting goes back to callbacks for good (the inline counter
+        // is one for all).
         if let Some((owner, n)) = switch::second_thread(vcpu) {
             rdx::credit(owner, n);
         }
@@ -715,10 +728,14 @@ extern "C" fn rdx_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret
         sys::keep_trap_hook_in_front();
     }
     fds::after_syscall(vcpu, num, ret);
+    clone_returned(num, ret);
     rdx::syscall_returned(vcpu, num);
 }
 
 extern "C" fn rdx_vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {
+    if let Some(n) = switch::thread_exits(vcpu) {
+        rdx::credit(vcpu, n);
+    }
     rdx::thread_exited(vcpu);
 }
 
@@ -811,6 +828,7 @@ fn note_mappings(p: &Plugin, vaddr: u64) {
 /// result, so that the data it holds is classed by what it is (heap, not unmapped).
 extern "C" fn syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
     fds::after_syscall(vcpu, num, ret);
+    clone_returned(num, ret);
     // x86-64 system call numbers.
     const MMAP: i64 = 9;
     const BRK: i64 = 12;
@@ -824,7 +842,21 @@ extern "C" fn syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i6
     note_mappings(plugin(), addr);
 }
 
+/// x86-64 system call numbers of the calls that create threads.
+const CLONE: i64 = 56;
+const CLONE3: i64 = 435;
+
+/// A `clone` or `clone3` returned in the calling thread (the new thread, or a forked
+/// process, sees 0).
+fn clone_returned(num: i64, ret: i64) {
+    if matches!(num, CLONE | CLONE3) && ret != 0 {
+        switch::clone_ended();
+    }
+}
+
 /// A guest system call is about to run.
+///
+/// A `clone` or `clone3` may create a thread: see [`switch::clone_starts`].
 ///
 /// A call that closes or replaces descriptors (`close`, `dup2`, `dup3`, `close_range`) first
 /// moves the plugin's own out of its way (see `fds`).
@@ -847,6 +879,10 @@ extern "C" fn syscall_entry<const LIVE_RDX: bool>(
     _a7: u64,
     _a8: u64,
 ) {
+    if matches!(num, CLONE | CLONE3) {
+        switch::clone_starts();
+        return;
+    }
     if let Some((lo, hi)) = fds::taken_by(num, a1, a2, a3) {
         // The watchpoints first: a thread logging an event holds rdx's lock while it waits
         // for a guarded file.
@@ -1076,9 +1112,10 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     let mut recorded = 0u64;
     let mut skipped = 0u64;
     let mut threads = 0u64;
-    let (owner, n) = switch::take_credit();
-    // SAFETY: atexit runs with every vCPU stopped.
-    unsafe { credit_skips(owner, n) };
+    for (vcpu, n) in switch::take_credits() {
+        // SAFETY: atexit runs with every vCPU stopped.
+        unsafe { credit_skips(vcpu, n) };
+    }
     let retired: Vec<usize> = retired().lock().map(|r| r.clone()).unwrap_or_default();
     let live = VCPUS
         .iter()
@@ -1282,7 +1319,8 @@ fn register_callbacks(id: qemu_plugin_id_t) {
 /// A switch of instrumentation by a flush is done (every vCPU stopped, all translations
 /// flushed): switch, and register the callbacks again (a reset removed them).
 pub(crate) extern "C" fn on_reset(id: qemu_plugin_id_t) {
-    switched();
+    // Where switches flush, the one counter.
+    switched(0);
     if rdx::active() {
         register_rdx_callbacks(id);
     } else {
@@ -1290,18 +1328,19 @@ pub(crate) extern "C" fn on_reset(id: qemu_plugin_id_t) {
     }
 }
 
-/// A switch is done: no vCPU runs guest code (every one is stopped after a flush, or the only
-/// one is between blocks, in its other set of translations), and none of the blocks it runs
-/// next were made for the mode switched from. Credit what the counter holds and set the mode
-/// to translate in.
-pub(crate) fn switched() {
+/// Counter `c`'s switch is done: its vCPU runs no guest code (every one is stopped after a
+/// flush, or it is between blocks, in its other set of translations, on its own thread), and
+/// none of the blocks it runs next were made for the mode switched from. Credit what the
+/// counter holds and set the mode to translate in.
+pub(crate) fn switched(c: usize) {
     if rdx::active() {
         rdx::switched();
-        switch::on_reset(rdx::credit);
+        switch::on_reset(c, rdx::credit);
         return;
     }
-    // SAFETY: no vCPU runs guest code or a callback now (see above).
-    switch::on_reset(|owner, n| unsafe { credit_skips(owner, n) });
+    // SAFETY: the counter's vCPU runs no guest code or a callback now (see above), and
+    // crediting touches only its state.
+    switch::on_reset(c, |vcpu, n| unsafe { credit_skips(vcpu, n) });
 }
 
 #[cfg(test)]

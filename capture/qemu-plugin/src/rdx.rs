@@ -19,8 +19,9 @@
 //! Threads are measured as per-thread hardware would: each guest thread has its own access
 //! count, period, reservoir and debug registers (perf watchpoints belong to the thread that
 //! opens them, so another thread's touch of a watched word does not fire), and its events
-//! carry its number. QEMU 7.2's inline counter is one for all vCPUs, so when a second
-//! thread starts, every thread counts in memory callbacks from then on.
+//! carry its number. Switched in place (QEMU 7.2) each thread counts inline with a counter
+//! of its own (see `switch`); where every switch flushes, the inline counter is one for all,
+//! and every thread counts in callbacks once a second thread starts.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -61,13 +62,14 @@ static SWITCHES: AtomicU64 = AtomicU64::new(0);
 static SEEN: Mutex<Option<std::collections::HashMap<u64, u64>>> = Mutex::new(None);
 
 /// What a guest thread's callbacks and its signal handler share, without the lock. Only the
-/// thread itself writes `mark`, `set` and `skip_left`, except credits, which come with every
-/// vCPU stopped or from the creator's clone call.
+/// thread itself writes `mark`, `set` and `skip_left`, except credits, which come on its own
+/// thread (a switch in place, its exit), with every vCPU stopped (a flush, the exit) or from
+/// the creator's clone call.
 ///
 /// The thread's time (accesses counted by the callbacks and credits, without the inline
 /// counter's uncredited part) is `mark + set - skip_left`: a callback between samples only
-/// counts `skip_left` down, one load and one store (with threads every access of the run
-/// comes through it).
+/// counts `skip_left` down, one load and one store (where switches flush, with threads every
+/// access of the run comes through it).
 struct Vcpu {
     /// A thread is followed on this vCPU index.
     live: AtomicBool,
@@ -246,6 +248,8 @@ struct Thread {
     order: Vec<usize>,
     watch: Vec<Watchpoint>,
     traps_out: usize,
+    /// The gap before the thread's first sample.
+    first_gap: u64,
 }
 
 /// The sampler's state: touched by the vCPU threads' callbacks and by atexit.
@@ -266,8 +270,6 @@ struct State {
     unwatched: u64,
     /// Event lines not written yet (see [`State::write_out`]).
     held: Vec<u8>,
-    /// The first thread's first gap (its first callback decides where it is counted).
-    first_gap: u64,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -348,10 +350,16 @@ impl State {
             order: (0..w).collect(),
             watch: Vec::new(),
             traps_out: c.traps_in.load(Ordering::Acquire),
+            first_gap: 0,
         });
+        // The thread's first callback decides whether its first gap is counted inline (it
+        // must ask on its own thread).
         let first = self.gap(self.args.period);
-        c.restart(0, first);
-        c.started.store(true, Ordering::Release);
+        if let Some(t) = self.threads[v].as_mut() {
+            t.first_gap = first;
+        }
+        c.restart(0, 0);
+        c.started.store(false, Ordering::Release);
         c.live.store(true, Ordering::Release);
     }
 
@@ -587,20 +595,13 @@ fn on_trap(data: u64) -> bool {
 /// The access counter of the native path (a perf descriptor), or -1 under QEMU.
 static NATIVE_COUNTER: AtomicI32 = AtomicI32::new(-1);
 
-/// Thread `v`'s accesses so far: its callbacks and credits, plus the inline counter's
-/// uncredited part when the counter is its own; natively the PMU's counter.
+/// Thread `v`'s accesses so far: its callbacks and credits, plus the uncredited part of its
+/// inline counter; natively the PMU's counter.
 /// Async-signal-safe.
 fn now(v: usize) -> u64 {
     match NATIVE_COUNTER.load(Ordering::Acquire) {
         fd if fd >= 0 => sys::counter_value(fd),
-        _ => {
-            let own = if switch::owner() as usize == v {
-                switch::uncredited()
-            } else {
-                0
-            };
-            VCPUS[v].time() + own
-        }
+        _ => VCPUS[v].time() + switch::uncredited(v as u32),
     }
 }
 
@@ -688,7 +689,6 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
         dropped_watch: 0,
         unwatched: 0,
         held: Vec::new(),
-        first_gap: 0,
     };
     st.log(format_args!(
         "H {} {} {} {}{}\n",
@@ -699,10 +699,6 @@ pub fn init(out: &str, args: RdxArgs) -> Result<(), String> {
         if args.adaptive { " adaptive" } else { "" }
     ));
     st.start_thread(0);
-    // The first thread's first callback decides whether its first gap is counted inline.
-    st.first_gap = VCPUS[0].skip_left.load(Ordering::Acquire);
-    VCPUS[0].restart(0, 0);
-    VCPUS[0].started.store(false, Ordering::Release);
     *STATE
         .lock()
         .map_err(|_| "state lock poisoned".to_string())? = Some(st);
@@ -723,10 +719,18 @@ pub extern "C" fn mem_cb(vcpu: u32, _info: u32, addr: u64, udata: *mut std::ffi:
     let left = c.skip_left.load(Ordering::Acquire);
     if left > 0 {
         c.skip_left.store(left - 1, Ordering::Release);
+        if left % RETRY_EVERY == 0 && left > MIN_INLINE {
+            // A long gap in callbacks: its switch was refused (a thread was being created).
+            switch::window_closed(vcpu);
+        }
         return;
     }
     sample_due(vcpu as usize, c, addr, udata as u64);
 }
+
+/// A thread counting a long gap in callbacks (its switch to counting was refused, see
+/// `switch::request`) asks again every this many accesses.
+pub const RETRY_EVERY: u64 = 1 << 16;
 
 /// A thread's sample is due at this access (`skip_left` reached zero).
 #[cold]
@@ -753,10 +757,10 @@ fn sample_due(v: usize, c: &Vcpu, addr: u64, ip: u64) {
         return;
     };
     if !c.started.swap(true, Ordering::AcqRel) {
-        // The run begins in callbacks: count the first gap inline if it is long.
-        let first = st.first_gap;
+        // A thread begins in callbacks: count its first gap inline if it is long.
+        let first = st.threads[v].as_ref().map_or(0, |t| t.first_gap);
         if first >= MIN_INLINE {
-            switch::window_closed();
+            switch::window_closed(v as u32);
         }
         if first > 0 {
             c.restart(now + 1, first - 1);
@@ -766,10 +770,9 @@ fn sample_due(v: usize, c: &Vcpu, addr: u64, ip: u64) {
     st.sample(v, ip, addr, now);
     let next = st.thread_gap(v) - 1;
     c.restart(now + 1, next);
-    // Short gaps stay in callbacks: two switches would cost more than they save
-    // (and with threads the switch is off: every thread counts in callbacks).
+    // Short gaps stay in callbacks: two switches would cost more than they save.
     if next >= MIN_INLINE {
-        switch::window_closed();
+        switch::window_closed(v as u32);
     }
 }
 
@@ -936,9 +939,7 @@ pub fn syscall_returned(vcpu: u32, num: i64) {
     const RT_SIGPROCMASK: i64 = 14;
     const RT_SIGRETURN: i64 = 15;
     const RT_SIGSUSPEND: i64 = 130;
-    if !matches!(num, RT_SIGPROCMASK | RT_SIGRETURN | RT_SIGSUSPEND)
-        || (switch::enabled() && switch::mode() == switch::Mode::Count)
-    {
+    if !matches!(num, RT_SIGPROCMASK | RT_SIGRETURN | RT_SIGSUSPEND) || switch::counting(vcpu) {
         return;
     }
     if let Some(c) = VCPUS

@@ -12,8 +12,9 @@ use std::sync::Mutex;
 
 use mgbench_capture::spill::{
     encode_info, slot_offset, RawAccess, RawSample, SlotHeader, SpillHeader, COUNTER_LANES,
-    COUNTER_LANE_STRIDE, COUNTER_OFFSET, DECODE_ENTRIES, DECODE_OFFSET, EXEC_PATH_BYTES,
-    FILE_BYTES, FILLING, FREE, MAGIC, MAX_SLOTS, SLOT_ACCESSES_AT, SLOT_SAMPLES_AT,
+    COUNTER_LANE_STRIDE, COUNTER_OFFSET, COUNTER_PAGES, DECODE_ENTRIES, DECODE_OFFSET,
+    EXEC_PATH_BYTES, FILE_BYTES, FILLING, FREE, MAGIC, MAX_SLOTS, SLOT_ACCESSES_AT,
+    SLOT_SAMPLES_AT,
 };
 
 use crate::sys::{qemu_plugin_mem_is_store, qemu_plugin_mem_size_shift};
@@ -89,11 +90,11 @@ pub fn init(spill: Option<&str>) -> Result<(), String> {
     // reads nothing from a file without it.
     unsafe { (*base.cast::<SpillHeader>()).magic = MAGIC };
     BASE.store(base, Ordering::Release);
-    // The inline counter on the file's counter page, its base in the header: after a death
-    // mgbench adds what it counted since it was last given to a thread.
-    // SAFETY: the counter page lies inside the mapping, which lives until the process exits.
+    // The inline counters on the file's counter pages, their bases in the header: after a
+    // death mgbench adds what they counted since they were last given to a thread.
+    // SAFETY: the counter pages lie inside the mapping, which lives until the process exits.
     unsafe {
-        crate::switch::place_counter(base.add(COUNTER_OFFSET).cast(), &header().counter_base)
+        crate::switch::place_counters(base.add(COUNTER_OFFSET).cast(), &header().counter_bases)
     };
     crate::sys::on_fork_child(forget_in_child);
     Ok(())
@@ -129,19 +130,23 @@ pub fn note_exec(path: &[u8]) {
 extern "C" fn forget_in_child() {
     let base = BASE.load(Ordering::Acquire);
     if !base.is_null() {
-        // The counter goes on in the child's copy from the value it had (its base is the
-        // parent's).
-        let lane = |l: usize| COUNTER_OFFSET + l * COUNTER_LANE_STRIDE * 8;
-        let mut lanes = [0u64; COUNTER_LANES];
-        // SAFETY: the lanes are aligned u64s on the counter page inside the mapping; the
+        // The counters go on in the child's copy from the values they had (their bases are
+        // the parent's).
+        let lane = |c: usize, l: usize| COUNTER_OFFSET + c * 4096 + l * COUNTER_LANE_STRIDE * 8;
+        let mut lanes = [[0u64; COUNTER_LANES]; COUNTER_PAGES];
+        // SAFETY: the lanes are aligned u64s on the counter pages inside the mapping; the
         // remap replaces our own mapping with fresh private memory of the same size.
         unsafe {
-            for (l, v) in lanes.iter_mut().enumerate() {
-                *v = std::ptr::read_volatile(base.add(lane(l)).cast::<u64>());
+            for (c, counter) in lanes.iter_mut().enumerate() {
+                for (l, v) in counter.iter_mut().enumerate() {
+                    *v = std::ptr::read_volatile(base.add(lane(c, l)).cast::<u64>());
+                }
             }
             crate::sys::remap_private(base, FILE_BYTES);
-            for (l, v) in lanes.iter().enumerate() {
-                std::ptr::write_volatile(base.add(lane(l)).cast::<u64>(), *v);
+            for (c, counter) in lanes.iter().enumerate() {
+                for (l, v) in counter.iter().enumerate() {
+                    std::ptr::write_volatile(base.add(lane(c, l)).cast::<u64>(), *v);
+                }
             }
         }
     }

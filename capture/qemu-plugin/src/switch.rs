@@ -3,26 +3,37 @@
 //! Between windows the plugin translates the guest with one inline add per memory access to
 //! a counter (no call: QEMU emits load, add, store), so skipping costs little more than bare
 //! QEMU. A window is recorded with the memory callbacks of the callback mode. Switching
-//! between the two means retranslating everything (`qemu_plugin_reset`), which QEMU does
+//! between the two changes the instrumentation of the thread's translations, which QEMU does
 //! asynchronously and only when asked from a vCPU thread:
 //!
-//! - window closed -> count: the memory callback that closes the window asks for the reset;
-//!   until the flush, callbacks go on counting skips themselves.
-//! - count -> window: no callback runs while counting, so a poller thread watches the counter
-//!   and, once the skip is long enough, makes the counter's page read-only. The next inline
-//!   add faults on the vCPU thread; the fault hook makes the page writable again (the add is
-//!   retried, nothing is lost) and asks for the reset from there. The fault interrupts
-//!   generated code, which holds no QEMU lock, so the request is safe.
+//! - window closed -> count: the memory callback that closes the window asks for the switch;
+//!   until it is made, callbacks go on counting skips themselves.
+//! - count -> window: no callback runs while counting, so a poller thread watches the
+//!   counters and, once a thread's skip is long enough, makes its counter's page read-only.
+//!   The thread's next inline add faults; the fault hook makes the page writable again (the
+//!   add is retried, nothing is lost) and asks for the switch from there. The fault
+//!   interrupts generated code, which holds no QEMU lock, so the request is safe.
 //!
-//! Every access is counted exactly once, by the counter or by a callback, so skipped counts
+//! Every access is counted exactly once, by a counter or by a callback, so skipped counts
 //! stay exact; the windows start up to one poll late, which only lengthens a skip.
-//! QEMU 7.2's inline add goes to one address for all vCPUs and is not atomic, so the counter
-//! is only used while the guest has one thread: when a second thread starts, the plugin
+//!
+//! QEMU 7.2 switches in place ([`sys::keyed_translations`]): it keeps a set of translations
+//! per code of per-vCPU trace-event states, and a switch changes the thread's code. Every
+//! thread translates its callbacks in code 0, which all threads share; thread `v` counts in
+//! code `v + 1`, a set of its own whose inline adds go to its own counter (a page of lanes).
+//! So threads count inline at once, each exactly, up to one per code (31 with the five events
+//! of 7.2; threads beyond count in callbacks). A new thread must not inherit a counting code
+//! (QEMU 7.2 gives a new vCPU every event some vCPU has enabled), so while a thread is created
+//! the events count as disabled and no switch starts ([`clone_starts`]).
+//!
+//! Elsewhere a switch is `qemu_plugin_reset`, which flushes every translation. QEMU's inline
+//! add goes to one address for all vCPUs and is not atomic, so there the first counter is the
+//! only one, used while the guest has one thread: when a second thread starts, the plugin
 //! credits the counter to the thread that ran, goes back to callbacks for the rest of the run
 //! (exact per thread), and credits what the new thread did before the flush to it (its
 //! creator runs no guest code until the flush).
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
@@ -30,46 +41,39 @@ use std::time::Duration;
 
 use crate::sys;
 
-/// The counter on a page of its own, so that protecting it touches nothing else.
+/// Counters (one page each): the threads that can count inline at once.
+pub const COUNTERS: usize = mgbench_capture::spill::COUNTER_PAGES;
+
+/// A counter on a page of its own, so that protecting it touches nothing else.
 #[repr(C, align(4096))]
 struct CounterPage(UnsafeCell<[u64; 512]>);
 
-// SAFETY: the counter is written by generated code of the one counting vCPU and only read
+// SAFETY: a counter is written by generated code of its one counting vCPU and only read
 // (volatile) elsewhere; a torn or stale read only delays the poller.
 unsafe impl Sync for CounterPage {}
 
-static COUNTER: CounterPage = CounterPage(UnsafeCell::new([0; 512]));
+static PAGES: [CounterPage; COUNTERS] =
+    [const { CounterPage(UnsafeCell::new([0; 512])) }; COUNTERS];
 
-/// Where the counter is: a page of the spill file when capture placed it there (so that
-/// mgbench reads what it counted after a death), else [`COUNTER`].
-static COUNTER_AT: AtomicPtr<u64> = AtomicPtr::new(std::ptr::null_mut());
-/// Where the counter's base is: the spill header's `counter_base` when capture placed the
-/// counter, else [`BASE`].
-static BASE_AT: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+/// Where the counters are: [`COUNTERS`] pages of the spill file when capture placed them
+/// there (so that mgbench reads what they counted after a death), else [`PAGES`].
+static PAGES_AT: AtomicPtr<u64> = AtomicPtr::new(std::ptr::null_mut());
+/// Where their bases are: the spill header's `counter_bases` when capture placed the
+/// counters, else each [`Counter`]'s own.
+static BASES_AT: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Moves the counter to `page` (page-aligned, at least the lanes long, alive until exit) and
-/// its base to `base`. Only before anything is counted (both are still 0).
-pub fn place_counter(page: *mut u64, base: &'static AtomicU64) {
-    COUNTER_AT.store(page, Ordering::Release);
-    BASE_AT.store(std::ptr::from_ref(base).cast_mut(), Ordering::Release);
-}
-
-/// Counter value already credited to a thread.
-fn base() -> &'static AtomicU64 {
-    // SAFETY: BASE_AT, when set, is the spill header's field, alive until exit.
-    unsafe { BASE_AT.load(Ordering::Acquire).as_ref() }.unwrap_or(&BASE)
-}
-
-/// The base becomes `now`; returns the old value.
-fn rebase(now: u64) -> u64 {
-    base().swap(now, Ordering::AcqRel)
+/// Moves the counters to the [`COUNTERS`] pages at `pages` (page-aligned, alive until exit)
+/// and their bases to `bases`. Only before anything is counted (all are still 0).
+pub fn place_counters(pages: *mut u64, bases: &'static [AtomicU64; COUNTERS]) {
+    PAGES_AT.store(pages, Ordering::Release);
+    BASES_AT.store(bases.as_ptr().cast_mut(), Ordering::Release);
 }
 
 /// Skips shorter than this are counted by callbacks: two switches per window would cost more
 /// than the callbacks they save where they flush, and even in place a shorter skip would end
 /// only when the poller looks (every 200 us), far later than `period - window`.
 pub const MIN_SKIP: u64 = 1 << 18;
-/// Longest sleep of the poller between looks at the counter.
+/// Longest sleep of the poller between looks at the counters.
 const POLL: Duration = Duration::from_micros(200);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -80,22 +84,48 @@ pub enum Mode {
     Count,
 }
 
-/// Switched sampling is in use: sampling with long skips, no ROI, one guest thread so far.
+/// One counter's state.
+struct Counter {
+    /// The mode of its thread (`Mode as u8`); where switches flush, the instrumentation of
+    /// translations made now.
+    mode: AtomicU8,
+    /// The mode asked for by the pending switch.
+    target: AtomicU8,
+    /// A switch is asked for and not done yet.
+    pending: AtomicBool,
+    /// Counter value already credited to a thread (when capture did not place the counters).
+    base: AtomicU64,
+    /// Counter value at which the thread's next window is due.
+    trigger: AtomicU64,
+}
+
+static STATE: [Counter; COUNTERS] = [const {
+    Counter {
+        mode: AtomicU8::new(0),
+        target: AtomicU8::new(0),
+        pending: AtomicBool::new(false),
+        base: AtomicU64::new(0),
+        trigger: AtomicU64::new(u64::MAX),
+    }
+}; COUNTERS];
+
+/// Switched sampling is in use: sampling with long skips, no ROI, and switches in place or
+/// one guest thread so far.
 static ENABLED: AtomicBool = AtomicBool::new(false);
-/// Instrumentation of translations made now (`Mode as u8`).
-static MODE: AtomicU8 = AtomicU8::new(0);
-/// The mode asked for by the pending reset.
-static TARGET: AtomicU8 = AtomicU8::new(0);
-/// A reset is asked for and not done yet (QEMU ignores a second request meanwhile).
-static PENDING: AtomicBool = AtomicBool::new(false);
-/// Counter value already credited to a thread.
-/// (Its base when capture did not place the counter; see [`base`].)
-static BASE: AtomicU64 = AtomicU64::new(0);
-/// Counter value at which the next window is due.
-static TRIGGER: AtomicU64 = AtomicU64::new(u64::MAX);
-/// The vCPU whose accesses the counter holds since its base.
+/// Where switches flush: the vCPU whose accesses the one counter holds since its base.
 static OWNER: AtomicU32 = AtomicU32::new(0);
-/// Serialises the poller's protect with mode changes.
+/// Counters in use switched in place: one per code (see [`sys::KeyedTranslations::codes`]).
+static USABLE: AtomicU32 = AtomicU32::new(0);
+/// Guest threads being created now (see [`clone_starts`]), and the events' counts of vCPUs
+/// that had them enabled when the first of them began. Its lock also serialises the
+/// switches in place.
+static CLONING: Mutex<(u32, [u16; 5])> = Mutex::new((0, [0; 5]));
+thread_local! {
+    /// The counter this vCPU thread counts with (switched in place): what it translates now
+    /// gets the inline adds to it.
+    static COUNTING_HERE: Cell<Option<usize>> = const { Cell::new(None) };
+}
+/// Serialises the poller's protects with crediting and mode changes.
 static ARM: Mutex<()> = Mutex::new(());
 static PLUGIN_ID: AtomicU64 = AtomicU64::new(0);
 /// Switches done (two per switched window; flushes and in place), for the status file.
@@ -113,7 +143,12 @@ fn mode_from(v: u8) -> Mode {
     }
 }
 
-/// The counter is split into this many lanes, one cache line apart, and the instructions of
+/// Counter `c`'s thread's mode.
+fn mode(c: usize) -> Mode {
+    mode_from(STATE[c].mode.load(Ordering::Acquire))
+}
+
+/// A counter is split into this many lanes, one cache line apart, and the instructions of
 /// a block add to them in turn: QEMU's inline add is a load, add and store to one address,
 /// so with one lane every access waits for the previous access's store to reach the next
 /// load (store-to-load forwarding, several cycles), which cost library-heavy code up to 1.7x
@@ -122,39 +157,75 @@ const LANES: usize = mgbench_capture::spill::COUNTER_LANES;
 /// u64s between lanes (64 bytes).
 const LANE_STRIDE: usize = mgbench_capture::spill::COUNTER_LANE_STRIDE;
 
-/// The counter lane for the `i`-th instruction of a block.
-pub fn lane_ptr(i: usize) -> *mut u64 {
-    // SAFETY: (i % LANES) * LANE_STRIDE < 512, inside the counter page.
-    unsafe { page().cast::<u64>().add((i % LANES) * LANE_STRIDE) }
-}
-
-/// The sum of the lanes. Each lane only grows and is read after the one before, so two
-/// reads in turn never go backwards; on the counting vCPU's own thread (its signal
-/// handlers) the sum is exact.
-fn count() -> u64 {
-    (0..LANES).fold(0u64, |sum, l| {
-        // SAFETY: an aligned u64 inside our static; volatile because generated code writes it.
-        sum.wrapping_add(unsafe { std::ptr::read_volatile(lane_ptr(l)) })
-    })
-}
-
-/// Accesses the counter holds that no thread was credited with yet. Async-signal-safe.
-pub fn uncredited() -> u64 {
-    count().wrapping_sub(base().load(Ordering::Acquire))
-}
-
-fn page() -> *mut c_void {
-    let at = COUNTER_AT.load(Ordering::Acquire);
+/// Counter `c`'s page.
+fn page(c: usize) -> *mut c_void {
+    let at = PAGES_AT.load(Ordering::Acquire);
     if at.is_null() {
-        COUNTER.0.get().cast()
+        PAGES[c].0.get().cast()
     } else {
-        at.cast()
+        // SAFETY: the placed pages are COUNTERS pages long.
+        unsafe { at.cast::<u8>().add(c * 4096).cast() }
     }
 }
 
-/// Mode for the translations made now.
-pub fn mode() -> Mode {
-    mode_from(MODE.load(Ordering::Acquire))
+/// Counter `c`'s base: what it counted that was credited to a thread already.
+fn base(c: usize) -> &'static AtomicU64 {
+    let at = BASES_AT.load(Ordering::Acquire);
+    if at.is_null() {
+        &STATE[c].base
+    } else {
+        // SAFETY: the placed bases are the spill header's COUNTERS fields, alive until exit.
+        unsafe { &*at.add(c) }
+    }
+}
+
+/// Counter `c`'s base becomes `now`; returns the old value.
+fn rebase(c: usize, now: u64) -> u64 {
+    base(c).swap(now, Ordering::AcqRel)
+}
+
+/// The lane of counter `c` for the `i`-th instruction of a block.
+pub fn lane_ptr(c: usize, i: usize) -> *mut u64 {
+    // SAFETY: (i % LANES) * LANE_STRIDE < 512, inside the counter's page.
+    unsafe { page(c).cast::<u64>().add((i % LANES) * LANE_STRIDE) }
+}
+
+/// The sum of counter `c`'s lanes. Each lane only grows and is read after the one before,
+/// so two reads in turn never go backwards; on the counting vCPU's own thread (its signal
+/// handlers) the sum is exact.
+fn count(c: usize) -> u64 {
+    (0..LANES).fold(0u64, |sum, l| {
+        // SAFETY: an aligned u64 inside a counter page; volatile because generated code
+        // writes it.
+        sum.wrapping_add(unsafe { std::ptr::read_volatile(lane_ptr(c, l)) })
+    })
+}
+
+/// The counter vCPU `vcpu` counts with when it counts inline: its own switched in place (if
+/// it has one), else the one counter while it is the owner.
+fn counter_of(vcpu: u32) -> Option<usize> {
+    if in_place() {
+        ((vcpu as usize) < USABLE.load(Ordering::Acquire) as usize).then_some(vcpu as usize)
+    } else {
+        (vcpu == OWNER.load(Ordering::Acquire)).then_some(0)
+    }
+}
+
+/// The vCPU whose accesses counter `c` holds.
+fn owner_of(c: usize) -> u32 {
+    if in_place() {
+        c as u32
+    } else {
+        OWNER.load(Ordering::Acquire)
+    }
+}
+
+/// Accesses of vCPU `vcpu` its counter holds that it was not credited with yet.
+/// Async-signal-safe.
+pub fn uncredited(vcpu: u32) -> u64 {
+    counter_of(vcpu).map_or(0, |c| {
+        count(c).wrapping_sub(base(c).load(Ordering::Acquire))
+    })
 }
 
 pub fn enabled() -> bool {
@@ -165,8 +236,8 @@ pub fn resets() -> u64 {
     RESETS.load(Ordering::Relaxed)
 }
 
-/// Whether switches are made in place (QEMU keeps two sets of translations); false where
-/// switched sampling is off (and natively, where nothing is switched).
+/// Whether switches are made in place (QEMU keeps sets of translations side by side); false
+/// where switched sampling is off (and natively, where nothing is switched).
 pub fn in_place() -> bool {
     IN_PLACE.load(Ordering::Acquire)
 }
@@ -185,7 +256,10 @@ pub fn init(id: u64, enabled: bool) -> Result<(), String> {
     }
     // Looked up here, at install, rather than at the first switch (which may come from
     // the fault hook): it reads QEMU's binary once.
-    IN_PLACE.store(sys::keyed_translations().is_some(), Ordering::Release);
+    if let Some(keyed) = sys::keyed_translations() {
+        USABLE.store(keyed.codes().min(COUNTERS as u32), Ordering::Release);
+        IN_PLACE.store(true, Ordering::Release);
+    }
     std::thread::Builder::new()
         .name("mgbench-poller".into())
         .spawn(poller)
@@ -204,49 +278,68 @@ fn poller() {
         let Ok(_guard) = ARM.lock() else {
             return;
         };
-        if mode() == Mode::Count
-            && !PENDING.load(Ordering::Acquire)
-            && count() >= TRIGGER.load(Ordering::Acquire)
-            && std::process::id() == pid
-        {
-            // SAFETY: the counter page is our own static page.
-            unsafe { sys::protect_page(page(), false) };
+        if std::process::id() != pid {
+            continue;
         }
-    }
-}
-
-/// The fault hook: a write to the protected counter page.
-fn on_fault(addr: usize) -> bool {
-    if addr & !0xfff != page() as usize {
-        return false;
-    }
-    // SAFETY: our own page; mprotect is async-signal-safe.
-    unsafe { sys::protect_page(page(), true) };
-    request(Mode::Callbacks);
-    true
-}
-
-/// Asks QEMU to translate into `to` from now on (from the owner's vCPU thread). While the
-/// guest has one thread and QEMU keeps two sets of translations ([`sys::keyed_translations`]),
-/// the vCPU changes set after its current block and [`switched_in_place`] runs on its thread
-/// before the next; otherwise `qemu_plugin_reset` flushes every translation and
-/// `crate::on_reset` runs. Either way `crate::switched` then calls [`on_reset`].
-fn request(to: Mode) {
-    TARGET.store(to as u8, Ordering::Release);
-    if PENDING.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    if enabled() && in_place() {
-        if let Some(keyed) = sys::keyed_translations() {
-            // The set counting translations live in: any, as long as it changes each time.
-            let set = !SECOND_SET.load(Ordering::Acquire);
-            if keyed.switch(owner(), set, switched_in_place, 0) {
-                SECOND_SET.store(set, Ordering::Release);
-                return;
+        for (c, s) in STATE.iter().enumerate() {
+            if mode(c) == Mode::Count
+                && !s.pending.load(Ordering::Acquire)
+                && count(c) >= s.trigger.load(Ordering::Acquire)
+            {
+                // SAFETY: a counter page of ours.
+                unsafe { sys::protect_page(page(c), false) };
             }
         }
     }
-    flush();
+}
+
+/// The fault hook: a write to a protected counter page (on its thread: only it runs the
+/// translations that add to it).
+fn on_fault(addr: usize) -> bool {
+    let Some(c) = (0..COUNTERS).find(|&c| page(c) as usize == addr & !0xfff) else {
+        return false;
+    };
+    // SAFETY: our own page; mprotect is async-signal-safe.
+    unsafe { sys::protect_page(page(c), true) };
+    request(owner_of(c), Mode::Callbacks);
+    true
+}
+
+/// Asks QEMU to translate into `to` from now on for vCPU `vcpu` (on its thread). Switched in
+/// place, the vCPU changes set after its current block and [`switched_in_place`] runs on its
+/// thread before the next; no switch starts while a thread is being created (a refused
+/// request only lengthens a skip, counted in callbacks, or a count: the poller asks again).
+/// Otherwise `qemu_plugin_reset` flushes every translation and `crate::on_reset` runs.
+/// Either way `crate::switched` then calls [`on_reset`].
+fn request(vcpu: u32, to: Mode) {
+    let Some(c) = counter_of(vcpu) else {
+        return;
+    };
+    let s = &STATE[c];
+    if !in_place() {
+        s.target.store(to as u8, Ordering::Release);
+        if !s.pending.swap(true, Ordering::AcqRel) {
+            flush();
+        }
+        return;
+    }
+    // CLONING's lock serialises the requests (not ARM: `on_reset` credits under ARM, and
+    // live RDX's sampler asks for a switch under the lock that crediting takes).
+    let Ok(cloning) = CLONING.lock() else {
+        return;
+    };
+    if !enabled() || cloning.0 > 0 || s.pending.load(Ordering::Acquire) || mode(c) == to {
+        return;
+    }
+    let Some(keyed) = sys::keyed_translations() else {
+        return;
+    };
+    s.target.store(to as u8, Ordering::Release);
+    s.pending.store(true, Ordering::Release);
+    let code = if to == Mode::Count { vcpu + 1 } else { 0 };
+    if !keyed.switch(vcpu, code, switched_in_place, u64::from(vcpu)) {
+        s.pending.store(false, Ordering::Release);
+    }
 }
 
 /// The switch by `qemu_plugin_reset`: `crate::on_reset` runs after the flush.
@@ -256,63 +349,148 @@ fn flush() {
     unsafe { sys::qemu_plugin_reset(PLUGIN_ID.load(Ordering::Relaxed), crate::on_reset) };
 }
 
-/// The owner's vCPU translates into (and looks up) its second set of translations.
-static SECOND_SET: AtomicBool = AtomicBool::new(false);
-
-/// The switch on the owner's thread between two blocks, the vCPU in its new set.
-extern "C" fn switched_in_place(_cpu: *mut c_void, _data: u64) {
-    if !enabled() {
-        // A second thread started since the request: its flush switches (`second_thread`).
-        return;
+/// The switch on vCPU `data`'s thread between two blocks, the vCPU in its new set.
+extern "C" fn switched_in_place(_cpu: *mut c_void, data: u64) {
+    let vcpu = data as u32;
+    let c = vcpu as usize;
+    // Not pending: the thread's exit ended the switch already (see `thread_exits`).
+    if STATE[c].pending.load(Ordering::Acquire) {
+        SWITCHES_IN_PLACE.fetch_add(1, Ordering::Relaxed);
+        crate::switched(c);
     }
-    SWITCHES_IN_PLACE.fetch_add(1, Ordering::Relaxed);
-    crate::switched();
+    // What the thread translates from now on, in the set it now looks up.
+    COUNTING_HERE.with(|h| h.set(counting(vcpu).then_some(c)));
 }
 
-/// A window just closed (in a callback, on the vCPU's thread): count the skip inline.
-pub fn window_closed() {
-    if enabled() {
-        request(Mode::Count);
+/// The counter whose inline adds the blocks this thread translates now get, if they count
+/// (rather than call back).
+pub fn translate_counting() -> Option<usize> {
+    if in_place() {
+        COUNTING_HERE.with(Cell::get)
+    } else {
+        (mode(0) == Mode::Count).then_some(0)
     }
+}
+
+/// Whether vCPU `vcpu` counts inline now.
+pub fn counting(vcpu: u32) -> bool {
+    enabled() && counter_of(vcpu).is_some_and(|c| mode(c) == Mode::Count)
+}
+
+/// A window of vCPU `vcpu` just closed (in a callback, on its thread): count the skip
+/// inline.
+pub fn window_closed(vcpu: u32) {
+    if enabled() {
+        request(vcpu, Mode::Count);
+    }
+}
+
+/// The guest is about to create a thread (at the entry of `clone` or `clone3`, on the
+/// creating thread). QEMU 7.2 gives a new vCPU every per-vCPU event that some vCPU has
+/// enabled: with a counting thread's events set, the new thread would run that thread's
+/// counting translations. So until [`clone_ended`] the events count as enabled nowhere
+/// (their counts are only read there) and no switch starts.
+pub fn clone_starts() {
+    let Some(keyed) = keyed_in_use() else {
+        return;
+    };
+    let Ok(mut cloning) = CLONING.lock() else {
+        return;
+    };
+    if cloning.0 == 0 {
+        cloning.1 = keyed.take_enabled_counts();
+    }
+    cloning.0 += 1;
+}
+
+/// The `clone` of [`clone_starts`] returned in the creating thread.
+pub fn clone_ended() {
+    let Some(keyed) = keyed_in_use() else {
+        return;
+    };
+    let Ok(mut cloning) = CLONING.lock() else {
+        return;
+    };
+    if cloning.0 == 0 {
+        return;
+    }
+    cloning.0 -= 1;
+    if cloning.0 == 0 {
+        keyed.restore_enabled_counts(cloning.1);
+    }
+}
+
+fn keyed_in_use() -> Option<&'static sys::KeyedTranslations> {
+    if enabled() && in_place() {
+        sys::keyed_translations()
+    } else {
+        None
+    }
+}
+
+/// Guest thread `vcpu` exits (on its own thread). If it counts (or a switch of it is
+/// pending, which will never run), its counter goes back to callbacks and what it counted
+/// since its base is returned, to credit to the thread.
+pub fn thread_exits(vcpu: u32) -> Option<u64> {
+    if !in_place() {
+        return None;
+    }
+    let c = counter_of(vcpu)?;
+    let _guard = ARM.lock().ok();
+    let s = &STATE[c];
+    if mode(c) != Mode::Count && !s.pending.load(Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: our own page.
+    unsafe { sys::protect_page(page(c), true) };
+    let now = count(c);
+    let delta = now.wrapping_sub(rebase(c, now));
+    finish(c, Mode::Callbacks);
+    Some(delta)
 }
 
 /// A guest thread `vcpu` starts while others are live (called on its creator's thread, in
-/// the clone system call). Returns the counter credit that belongs to the creator, `owner`.
+/// the clone system call). Switched in place nothing changes (the new thread starts in
+/// callbacks, with a counter of its own). Otherwise returns the one counter's credit, which
+/// belongs to the creator, `owner`, and every thread counts in callbacks from now on.
 pub fn second_thread(child: u32) -> Option<(u32, u64)> {
-    if !ENABLED.swap(false, Ordering::AcqRel) {
+    if in_place() || !ENABLED.swap(false, Ordering::AcqRel) {
         return None;
     }
     let _guard = ARM.lock().ok();
     // SAFETY: our own page.
-    unsafe { sys::protect_page(page(), true) };
+    unsafe { sys::protect_page(page(0), true) };
     let owner = OWNER.swap(child, Ordering::AcqRel);
-    let now = count();
-    let credit = now.wrapping_sub(rebase(now));
-    if mode() == Mode::Count || PENDING.load(Ordering::Acquire) {
-        // A flush even when a switch in place is queued: that one now does nothing, and
-        // only a flush (every vCPU stopped) also reaches the new thread's translations.
-        TARGET.store(Mode::Callbacks as u8, Ordering::Release);
-        PENDING.store(true, Ordering::Release);
+    let now = count(0);
+    let credit = now.wrapping_sub(rebase(0, now));
+    let s = &STATE[0];
+    if mode(0) == Mode::Count || s.pending.load(Ordering::Acquire) {
+        // A flush even when a switch is pending: only a flush (every vCPU stopped) also
+        // reaches the new thread's translations.
+        s.target.store(Mode::Callbacks as u8, Ordering::Release);
+        s.pending.store(true, Ordering::Release);
         flush();
     }
     Some((owner, credit))
 }
 
-/// Called when the reset is done, with every vCPU stopped: gives the counter's credit since
-/// the last one to `credit` (for `OWNER`), which returns the owner's skip left, and sets the
-/// mode to translate in from now on (and the poller's trigger when that is counting).
-pub fn on_reset(credit: impl FnOnce(u32, u64) -> u64) {
+/// Called when counter `c`'s switch is done (after a flush with every vCPU stopped; in
+/// place, on its thread between two blocks): gives what the counter counted since its base
+/// to `credit` (for its vCPU), which returns that thread's skip left, and sets the mode to
+/// translate in from now on (and the poller's trigger when that is counting).
+pub fn on_reset(c: usize, credit: impl FnOnce(u32, u64) -> u64) {
     RESETS.fetch_add(1, Ordering::Relaxed);
     let _guard = ARM.lock().ok();
     // SAFETY: our own page.
-    unsafe { sys::protect_page(page(), true) };
-    let now = count();
-    // Rebased before the owner is credited: a death in between loses the delta from the
+    unsafe { sys::protect_page(page(c), true) };
+    let now = count(c);
+    // Rebased before the thread is credited: a death in between loses the delta from the
     // count mgbench recovers instead of counting it twice.
-    let delta = now.wrapping_sub(rebase(now));
-    let skip_left = credit(OWNER.load(Ordering::Acquire), delta);
+    let delta = now.wrapping_sub(rebase(c, now));
+    let skip_left = credit(owner_of(c), delta);
+    let s = &STATE[c];
     let to = if enabled() {
-        mode_from(TARGET.load(Ordering::Acquire))
+        mode_from(s.target.load(Ordering::Acquire))
     } else {
         Mode::Callbacks
     };
@@ -320,27 +498,28 @@ pub fn on_reset(credit: impl FnOnce(u32, u64) -> u64) {
         if let Err(e) = sys::install_fault_hook(on_fault) {
             sys::outs(&format!("{e}: switched sampling off"));
             ENABLED.store(false, Ordering::Release);
-            return finish(Mode::Callbacks);
+            return finish(c, Mode::Callbacks);
         }
-        TRIGGER.store(now + skip_left, Ordering::Release);
+        s.trigger.store(now + skip_left, Ordering::Release);
     }
-    finish(to)
+    finish(c, to)
 }
 
-fn finish(to: Mode) {
-    MODE.store(to as u8, Ordering::Release);
-    PENDING.store(false, Ordering::Release);
+fn finish(c: usize, to: Mode) {
+    STATE[c].mode.store(to as u8, Ordering::Release);
+    STATE[c].pending.store(false, Ordering::Release);
 }
 
-/// The counter's credit not given to any thread yet (at exit), for `OWNER`.
-pub fn take_credit() -> (u32, u64) {
-    let now = count();
-    (OWNER.load(Ordering::Acquire), now.wrapping_sub(rebase(now)))
-}
-
-/// The vCPU whose thread the counter's uncredited accesses belong to.
-pub fn owner() -> u32 {
-    OWNER.load(Ordering::Acquire)
+/// What the counters hold that was not credited to any thread yet (at exit, every vCPU
+/// stopped): each with its vCPU.
+pub fn take_credits() -> Vec<(u32, u64)> {
+    (0..COUNTERS)
+        .filter_map(|c| {
+            let now = count(c);
+            let delta = now.wrapping_sub(rebase(c, now));
+            (delta > 0).then(|| (owner_of(c), delta))
+        })
+        .collect()
 }
 
 /// The only guest thread so far (set when the first vCPU starts).
@@ -353,20 +532,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_count_sums_every_lane_the_blocks_add_to() {
-        let before = count();
-        // A block of 11 instructions, each adding once to its lane, as generated code does.
-        for i in 0..11 {
-            // SAFETY: lanes are aligned u64s inside our static page; nothing else runs.
-            unsafe { *lane_ptr(i) += 1 };
+    fn a_count_sums_every_lane_the_blocks_add_to() {
+        for c in [0, 5, COUNTERS - 1] {
+            let before = count(c);
+            // A block of 11 instructions, each adding once to its lane, as generated code does.
+            for i in 0..11 {
+                // SAFETY: lanes are aligned u64s inside our static pages; nothing else runs.
+                unsafe { *lane_ptr(c, i) += 1 };
+            }
+            assert_eq!(count(c) - before, 11);
+            // Lanes are distinct cache lines, all on the counter's page (one protect covers
+            // them), and the counters' pages are distinct.
+            let lanes: Vec<usize> = (0..LANES).map(|l| lane_ptr(c, l) as usize).collect();
+            for w in lanes.windows(2) {
+                assert_eq!(w[1] - w[0], 64);
+            }
+            assert!(lanes.iter().all(|&a| a & !0xfff == page(c) as usize));
+            assert_eq!(lane_ptr(c, LANES), lane_ptr(c, 0));
         }
-        assert_eq!(count() - before, 11);
-        // Lanes are distinct cache lines, all on the counter page (one protect covers them).
-        let lanes: Vec<usize> = (0..LANES).map(|l| lane_ptr(l) as usize).collect();
-        for w in lanes.windows(2) {
-            assert_eq!(w[1] - w[0], 64);
-        }
-        assert!(lanes.iter().all(|&a| a & !0xfff == page() as usize));
-        assert_eq!(lane_ptr(LANES), lane_ptr(0));
+        assert_eq!(count(1), 0, "another counter's lanes are untouched");
+        assert_eq!(page(1) as usize - page(0) as usize, 4096);
     }
 }

@@ -150,24 +150,29 @@ fn qemu_symbol(name: &CStr) -> Option<*mut c_void> {
     (!p.is_null()).then_some(p)
 }
 
-/// Two sets of translations side by side, through QEMU 7.2 functions that its plugin API does
-/// not offer (its binary exports them). QEMU 7.2 keys each translation by the vCPU's
-/// trace-event state word as well as by its code address and CPU flags: flipping one event's
-/// state for the vCPU makes it look up, and translate on first use, a second set of blocks,
-/// while the first set stays cached, to be found again when the state flips back. So a switch
-/// of instrumentation retranslates nothing once both sets exist. The event is
-/// `guest_cpu_reset`, which fires only when a CPU is reset (never in user mode once the guest
-/// runs, and it prints nothing unless QEMU runs with `-d trace:...`). `qemu_plugin_reset`
-/// instead stops every vCPU and flushes every translation: about 0.15 ms of table clearing
-/// a switch here, plus translating the program's hot code again after each.
+/// Sets of translations side by side, through QEMU 7.2 functions that its plugin API does not
+/// offer (its binary exports them). QEMU 7.2 keys each translation by the vCPU's trace-event
+/// state word as well as by its code address and CPU flags: changing the state of per-vCPU
+/// events for the vCPU makes it look up, and translate on first use, another set of blocks,
+/// while the first set stays cached, to be found again when the state changes back. So a
+/// switch of instrumentation retranslates nothing once the sets exist, and with several
+/// events each thread can have a set of its own (a code: one bit per event). The events are
+/// the five per-vCPU events of 7.2 (`guest_cpu_reset`, `guest_cpu_enter`, `guest_cpu_exit`,
+/// `guest_user_syscall`, `guest_user_syscall_ret`): a vCPU's reset never comes in user mode
+/// once the guest runs, enter and exit only when a vCPU is created or removed, the system
+/// call events at each system call, and none prints anything unless QEMU runs with
+/// `-d trace:...`. `qemu_plugin_reset` instead stops every vCPU and flushes every translation:
+/// about 0.15 ms of table clearing a switch here, plus translating the program's hot code
+/// again after each.
 pub struct KeyedTranslations {
     qemu_get_cpu: unsafe extern "C" fn(c_int) -> *mut c_void,
     async_run_on_cpu: unsafe extern "C" fn(*mut c_void, CpuWork, u64),
     set_vcpu_state: unsafe extern "C" fn(*mut c_void, *mut TraceEvent, bool),
-    event: *mut TraceEvent,
+    /// The events, bit `i` of a code being `events[i]`'s state (at least the first).
+    events: Vec<*mut TraceEvent>,
 }
 
-// SAFETY: `event` points to QEMU's static event record, only handed back to QEMU.
+// SAFETY: `events` point to QEMU's static event records, only handed back to QEMU.
 unsafe impl Sync for KeyedTranslations {}
 // SAFETY: as above.
 unsafe impl Send for KeyedTranslations {}
@@ -189,6 +194,29 @@ pub type CpuWork = extern "C" fn(*mut c_void, u64);
 /// [`keyed_translations`] are available (to compare the two).
 pub const SWITCH_ENV: &str = "MGBENCH_QEMU_SWITCH";
 
+/// QEMU 7.2's per-vCPU events: each record's symbol and name.
+const VCPU_EVENTS: [(&CStr, &CStr); 5] = [
+    (c"_TRACE_GUEST_CPU_RESET_EVENT", c"guest_cpu_reset"),
+    (c"_TRACE_GUEST_CPU_ENTER_EVENT", c"guest_cpu_enter"),
+    (c"_TRACE_GUEST_CPU_EXIT_EVENT", c"guest_cpu_exit"),
+    (c"_TRACE_GUEST_USER_SYSCALL_EVENT", c"guest_user_syscall"),
+    (
+        c"_TRACE_GUEST_USER_SYSCALL_RET_EVENT",
+        c"guest_user_syscall_ret",
+    ),
+];
+
+/// QEMU's event record behind `symbol`, if it is the per-vCPU event `name` (one of the 32
+/// bits of the key word), compiled in, as 7.2's records are.
+fn vcpu_event(symbol: &CStr, name: &CStr) -> Option<*mut TraceEvent> {
+    let event = qemu_symbol(symbol)?.cast::<TraceEvent>();
+    // SAFETY: QEMU 7.2's event record (checked field by field before use).
+    let ev = unsafe { &*event };
+    // SAFETY: the name of a registered event is a static C string.
+    let named = !ev.name.is_null() && unsafe { CStr::from_ptr(ev.name) } == name;
+    (named && ev.vcpu_id < 32 && ev.sstate && !ev.dstate.is_null()).then_some(event)
+}
+
 /// [`KeyedTranslations`], when this QEMU is 7.2, exports what they need, and its
 /// `guest_cpu_reset` event record looks as 7.2's does (and [`SWITCH_ENV`] asks for no flushes).
 pub fn keyed_translations() -> Option<&'static KeyedTranslations> {
@@ -198,14 +226,13 @@ pub fn keyed_translations() -> Option<&'static KeyedTranslations> {
             if std::env::var(SWITCH_ENV).is_ok_and(|v| v == "flush") || !qemu_is_7_2() {
                 return None;
             }
-            let event = qemu_symbol(c"_TRACE_GUEST_CPU_RESET_EVENT")?.cast::<TraceEvent>();
-            // SAFETY: QEMU 7.2's event record (checked field by field before use).
-            let ev = unsafe { &*event };
-            // SAFETY: the name of a registered event is a static C string.
-            let named =
-                !ev.name.is_null() && unsafe { CStr::from_ptr(ev.name) } == c"guest_cpu_reset";
-            // A per-vCPU event (one of the 32 bits of the key word), compiled in.
-            if !named || ev.vcpu_id >= 32 || !ev.sstate || ev.dstate.is_null() {
+            // The first is needed; the others give threads sets of their own, as long as
+            // they follow in a row.
+            let events: Vec<*mut TraceEvent> = VCPU_EVENTS
+                .iter()
+                .map_while(|(symbol, name)| vcpu_event(symbol, name))
+                .collect();
+            if events.is_empty() {
                 return None;
             }
             type GetCpu = unsafe extern "C" fn(c_int) -> *mut c_void;
@@ -224,7 +251,7 @@ pub fn keyed_translations() -> Option<&'static KeyedTranslations> {
                     set_vcpu_state: std::mem::transmute::<*mut c_void, SetVcpuState>(qemu_symbol(
                         c"trace_event_set_vcpu_state_dynamic",
                     )?),
-                    event,
+                    events,
                 })
             }
         })
@@ -244,25 +271,57 @@ fn version_7_2_in(exe: &[u8]) -> bool {
 }
 
 impl KeyedTranslations {
-    /// Makes vCPU `vcpu` use the set of translations `set` (false: the one it started with)
-    /// from its next block on, then runs `work(cpu, data)` on its thread before that block,
-    /// outside generated code. Call it on that vCPU's thread (a callback, or a signal handler
-    /// that interrupted generated code), once per switch: `work` of the last call must have
-    /// run. False when there is no such vCPU.
-    pub fn switch(&self, vcpu: u32, set: bool, work: CpuWork, data: u64) -> bool {
+    /// Codes other than 0 (the set every vCPU starts in).
+    pub fn codes(&self) -> u32 {
+        (1u32 << self.events.len()) - 1
+    }
+
+    /// Makes vCPU `vcpu` use the set of translations `code` (0: the one it started with;
+    /// below `1 << events`) from its next block on, then runs `work(cpu, data)` on its thread
+    /// before that block, outside generated code. Calls are serialised by the caller, and a
+    /// vCPU's `work` of its last call must have run (QEMU compares with the state applied).
+    /// False when there is no such vCPU.
+    pub fn switch(&self, vcpu: u32, code: u32, work: CpuWork, data: u64) -> bool {
         // SAFETY: QEMU's functions as declared, with a vCPU index from QEMU's callbacks and
-        // QEMU's own event record. Both queue work for the vCPU (QEMU's own first: it applies
-        // the state and clears the vCPU's jump cache) and make it leave generated code after
-        // the block it runs now.
+        // QEMU's own event records. Both queue work for the vCPU (QEMU's own first: it
+        // applies the state and clears the vCPU's jump cache) and make it leave generated
+        // code after the block it runs now.
         unsafe {
             let cpu = (self.qemu_get_cpu)(vcpu as c_int);
             if cpu.is_null() {
                 return false;
             }
-            (self.set_vcpu_state)(cpu, self.event, set);
+            for (i, &event) in self.events.iter().enumerate() {
+                (self.set_vcpu_state)(cpu, event, code >> i & 1 == 1);
+            }
             (self.async_run_on_cpu)(cpu, work, data);
         }
         true
+    }
+
+    /// The events' counts of vCPUs that have them enabled, set to 0 (QEMU then gives a vCPU
+    /// created now no enabled event). Only with switches ([`Self::switch`]) held off.
+    pub fn take_enabled_counts(&self) -> [u16; 5] {
+        let mut counts = [0; 5];
+        for (n, &event) in counts.iter_mut().zip(&self.events) {
+            // SAFETY: `dstate` of QEMU's static event record (checked non-null at lookup) is
+            // its u16 count, written by QEMU only when a vCPU's state changes or a vCPU is
+            // created or removed.
+            unsafe {
+                let at = (*event).dstate;
+                *n = at.read_volatile();
+                at.write_volatile(0);
+            }
+        }
+        counts
+    }
+
+    /// Gives the events their counts back (see [`Self::take_enabled_counts`]).
+    pub fn restore_enabled_counts(&self, counts: [u16; 5]) {
+        for (n, &event) in counts.iter().zip(&self.events) {
+            // SAFETY: as in `take_enabled_counts`.
+            unsafe { (*event).dstate.write_volatile(*n) };
+        }
     }
 }
 
