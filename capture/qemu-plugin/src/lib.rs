@@ -684,9 +684,16 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     if rdx::stopped() {
         return;
     }
+    let counting = switch::translate_counting();
+    // The set the block goes to: each thread's counting set, or the callbacks' (switched in
+    // place; where switches flush, a block lives until the next flush).
+    let set = match counting {
+        Some(c) if switch::in_place() => c as u32 + 1,
+        _ => 0,
+    };
     // SAFETY: `tb` is valid during this callback.
-    rdx::translated(unsafe { qemu_plugin_tb_vaddr(tb) });
-    if let Some(c) = switch::translate_counting() {
+    rdx::translated(unsafe { qemu_plugin_tb_vaddr(tb) }, set);
+    if let Some(c) = counting {
         register_counting(tb, c);
         return;
     }

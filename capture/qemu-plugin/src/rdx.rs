@@ -50,16 +50,18 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// No more samples (the watchpoints failed).
 static STOPPED: AtomicBool = AtomicBool::new(false);
 /// Blocks QEMU translated again after a switch of ours (most of a sample's cost where every
-/// switch flushes them all and the program's hot code is translated again; switched in place,
-/// only the first switches translate the hot code, once for each set). First translations of
-/// new code are the program's own, and so are QEMU's own retranslations between switches
-/// (other CPU flags, a block cut short by a fault: 1334 in the start of Debian's sort).
+/// switch flushes them all and the program's hot code is translated again). Switched in
+/// place, a block's first translation in a set (each thread's counting set, the callbacks'
+/// set) is not counted: it comes once, at a thread's first switches, not at every sample.
+/// First translations of new code are the program's own, and so are QEMU's own
+/// retranslations between switches (other CPU flags, a block cut short by a fault: 1334 in
+/// the start of Debian's sort).
 static RETRANSLATED: AtomicU64 = AtomicU64::new(0);
 /// Switches so far between counting and callbacks (flushes, or in place).
 static SWITCHES: AtomicU64 = AtomicU64::new(0);
-/// Guest addresses of the blocks translated so far, with the switch count at their last
-/// translation.
-static SEEN: Mutex<Option<std::collections::HashMap<u64, u64>>> = Mutex::new(None);
+/// Guest addresses of the blocks translated so far, and the set (switched in place), with the
+/// switch count at their last translation.
+static SEEN: Mutex<Option<std::collections::HashMap<(u64, u32), u64>>> = Mutex::new(None);
 
 /// What a guest thread's callbacks and its signal handler share, without the lock. Only the
 /// thread itself writes `mark`, `set` and `skip_left`, except credits, which come on its own
@@ -818,16 +820,17 @@ pub fn credit(vcpu: u32, n: u64) -> u64 {
     }
 }
 
-/// QEMU translates the block at guest address `vaddr` (counted when a switch of ours made
-/// it translate it again: the adaptive period and the report use them).
-pub fn translated(vaddr: u64) {
+/// QEMU translates the block at guest address `vaddr` into set `set` (0 where switches
+/// flush; counted when a switch of ours made it translate it again: the adaptive period and
+/// the report use them).
+pub fn translated(vaddr: u64, set: u32) {
     let Ok(mut seen) = SEEN.lock() else {
         return;
     };
     let switches = SWITCHES.load(Ordering::Acquire);
     let before = seen
         .get_or_insert_with(Default::default)
-        .insert(vaddr, switches);
+        .insert((vaddr, set), switches);
     if before.is_some_and(|s| s != switches) {
         RETRANSLATED.fetch_add(1, Ordering::Relaxed);
     }
