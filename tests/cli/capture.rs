@@ -251,8 +251,8 @@ fn streams(t: &Trace) -> BTreeMap<u32, Vec<(u64, bool)>> {
 
 /// Checks a sampled trace against a full trace of the same deterministic run: each window of
 /// each thread, placed by the skipped counts before it, holds the very accesses (instruction
-/// and kind) the full trace has there; for one thread, recorded + skipped is also the full
-/// trace's total (threads make a run's total vary by a few accesses: joins, futexes).
+/// and kind) the full trace has there; recorded + skipped is also the full trace's total (for
+/// one thread exactly; threads make a run's total vary by a few accesses: joins, futexes).
 /// Returns the windows per thread.
 fn assert_skips_exact(full: &Trace, sampled: &Trace) -> BTreeMap<u32, usize> {
     let all = streams(full);
@@ -294,6 +294,15 @@ fn assert_skips_exact(full: &Trace, sampled: &Trace) -> BTreeMap<u32, usize> {
     let (fe, se) = (full.end.as_ref().unwrap(), sampled.end.as_ref().unwrap());
     if all.len() == 1 {
         assert_eq!(se.recorded + se.skipped, fe.recorded, "recorded + skipped");
+    } else {
+        // Within a few accesses (here 25-26 of 805 M): a thread that exits while it counts
+        // inline is credited what its counter holds (a lost credit would be a whole skip).
+        let total = se.recorded + se.skipped;
+        assert!(
+            total.abs_diff(fe.recorded) < 1000,
+            "recorded + skipped {total}, the full trace {}",
+            fe.recorded
+        );
     }
     windows
 }
