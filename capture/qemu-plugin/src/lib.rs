@@ -232,7 +232,7 @@ impl Vcpu {
             self.skip_left -= 1;
             self.skipped += 1;
             self.publish_tail();
-            if self.skip_left % rdx::RETRY_EVERY == 0 && self.skip_left >= switch::MIN_SKIP {
+            if self.skip_left % switch::RETRY_EVERY == 0 && self.skip_left >= switch::MIN_SKIP {
                 // A long skip in callbacks: its switch was refused (a thread was being
                 // created).
                 switch::window_closed(self.vcpu);

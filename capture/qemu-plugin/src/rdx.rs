@@ -721,7 +721,7 @@ pub extern "C" fn mem_cb(vcpu: u32, _info: u32, addr: u64, udata: *mut std::ffi:
     let left = c.skip_left.load(Ordering::Acquire);
     if left > 0 {
         c.skip_left.store(left - 1, Ordering::Release);
-        if left % RETRY_EVERY == 0 && left > MIN_INLINE {
+        if left % switch::RETRY_EVERY == 0 && left > MIN_INLINE {
             // A long gap in callbacks: its switch was refused (a thread was being created).
             switch::window_closed(vcpu);
         }
@@ -729,10 +729,6 @@ pub extern "C" fn mem_cb(vcpu: u32, _info: u32, addr: u64, udata: *mut std::ffi:
     }
     sample_due(vcpu as usize, c, addr, udata as u64);
 }
-
-/// A thread counting a long gap in callbacks (its switch to counting was refused, see
-/// `switch::request`) asks again every this many accesses.
-pub const RETRY_EVERY: u64 = 1 << 16;
 
 /// A thread's sample is due at this access (`skip_left` reached zero).
 #[cold]

@@ -73,6 +73,9 @@ pub fn place_counters(pages: *mut u64, bases: &'static [AtomicU64; COUNTERS]) {
 /// than the callbacks they save where they flush, and even in place a shorter skip would end
 /// only when the poller looks (every 200 us), far later than `period - window`.
 pub const MIN_SKIP: u64 = 1 << 18;
+/// A thread counting a long skip or gap in callbacks (its switch to counting was refused
+/// while a thread was being created, see [`request`]) asks again every this many accesses.
+pub const RETRY_EVERY: u64 = 1 << 16;
 /// Longest sleep of the poller between looks at the counters.
 const POLL: Duration = Duration::from_micros(200);
 
@@ -179,9 +182,13 @@ fn base(c: usize) -> &'static AtomicU64 {
     }
 }
 
-/// Counter `c`'s base becomes `now`; returns the old value.
-fn rebase(c: usize, now: u64) -> u64 {
-    base(c).swap(now, Ordering::AcqRel)
+/// Counter `c`'s count now, and what it counted since its base, which becomes that count:
+/// the caller credits the difference to the counter's thread. (Rebased before the thread is
+/// credited: a death in between loses the difference from the count mgbench recovers
+/// instead of counting it twice.)
+fn settle(c: usize) -> (u64, u64) {
+    let now = count(c);
+    (now, now.wrapping_sub(base(c).swap(now, Ordering::AcqRel)))
 }
 
 /// The lane of counter `c` for the `i`-th instruction of a block.
@@ -328,12 +335,12 @@ fn request(vcpu: u32, to: Mode) {
     let Ok(cloning) = CLONING.lock() else {
         return;
     };
-    if !enabled() || cloning.0 > 0 || s.pending.load(Ordering::Acquire) || mode(c) == to {
-        return;
-    }
-    let Some(keyed) = sys::keyed_translations() else {
+    let Some(keyed) = keyed_in_use() else {
         return;
     };
+    if cloning.0 > 0 || s.pending.load(Ordering::Acquire) || mode(c) == to {
+        return;
+    }
     s.target.store(to as u8, Ordering::Release);
     s.pending.store(true, Ordering::Release);
     let code = if to == Mode::Count { vcpu + 1 } else { 0 };
@@ -443,8 +450,7 @@ pub fn thread_exits(vcpu: u32) -> Option<u64> {
     }
     // SAFETY: our own page.
     unsafe { sys::protect_page(page(c), true) };
-    let now = count(c);
-    let delta = now.wrapping_sub(rebase(c, now));
+    let (_, delta) = settle(c);
     finish(c, Mode::Callbacks);
     Some(delta)
 }
@@ -461,8 +467,7 @@ pub fn second_thread(child: u32) -> Option<(u32, u64)> {
     // SAFETY: our own page.
     unsafe { sys::protect_page(page(0), true) };
     let owner = OWNER.swap(child, Ordering::AcqRel);
-    let now = count(0);
-    let credit = now.wrapping_sub(rebase(0, now));
+    let (_, credit) = settle(0);
     let s = &STATE[0];
     if mode(0) == Mode::Count || s.pending.load(Ordering::Acquire) {
         // A flush even when a switch is pending: only a flush (every vCPU stopped) also
@@ -483,10 +488,7 @@ pub fn on_reset(c: usize, credit: impl FnOnce(u32, u64) -> u64) {
     let _guard = ARM.lock().ok();
     // SAFETY: our own page.
     unsafe { sys::protect_page(page(c), true) };
-    let now = count(c);
-    // Rebased before the thread is credited: a death in between loses the delta from the
-    // count mgbench recovers instead of counting it twice.
-    let delta = now.wrapping_sub(rebase(c, now));
+    let (now, delta) = settle(c);
     let skip_left = credit(owner_of(c), delta);
     let s = &STATE[c];
     let to = if enabled() {
@@ -515,8 +517,7 @@ fn finish(c: usize, to: Mode) {
 pub fn take_credits() -> Vec<(u32, u64)> {
     (0..COUNTERS)
         .filter_map(|c| {
-            let now = count(c);
-            let delta = now.wrapping_sub(rebase(c, now));
+            let (_, delta) = settle(c);
             (delta > 0).then(|| (owner_of(c), delta))
         })
         .collect()
