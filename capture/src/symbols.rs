@@ -65,7 +65,13 @@ pub struct ElfImage {
     pub functions: Vec<FunctionSymbol>,
 }
 
+/// A symbol's readable name: Rust and C++ names demangled, anything else as it is. Only names
+/// with a mangling prefix (`_Z`, `_R`) are demangled: a demangler also reads bare type codes,
+/// so a C function named `h` or `i` would come out as "unsigned char" or "int".
 pub fn demangle(name: &str) -> String {
+    if !(name.starts_with("_Z") || name.starts_with("_R")) {
+        return name.to_string();
+    }
     addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned()
 }
 
@@ -319,6 +325,16 @@ mod tests {
         assert_eq!(m[0], "spmv_rows");
         assert!(close_matches("wrker", names.iter().copied()).contains(&"worker".to_string()));
         assert!(close_matches("zzzzzzzz", names.iter().copied()).is_empty());
+    }
+
+    #[test]
+    fn demangles_only_mangled_names() {
+        // Bare type codes of the C++ mangling: C functions may be named so.
+        for c in ["h", "i", "c", "v", "main", "Sa"] {
+            assert_eq!(demangle(c), c);
+        }
+        assert_eq!(demangle("_Z3fooi"), "foo(int)");
+        assert!(demangle("_ZN4core3fmt5write17h0123456789abcdefE").starts_with("core::fmt::write"));
     }
 
     #[test]
