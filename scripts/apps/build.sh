@@ -13,6 +13,7 @@ cc="${CC:-gcc}"
 flags=(-O2 -g -fno-omit-frame-pointer -Wall -Wextra)
 "$cc" "${flags[@]}" -o "$out/spmv" "$here/spmv.c" -pthread
 "$cc" "${flags[@]}" -o "$out/affinity" "$here/affinity.c" -pthread
+"$cc" "${flags[@]}" -o "$out/churn" "$here/churn.c" -pthread
 "$cc" "${flags[@]}" -o "$out/histogram" "$here/histogram.c"
 "$cc" "${flags[@]}" -o "$out/stencil" "$here/stencil.c"
 "$cc" "${flags[@]}" -o "$out/gups" "$here/gups.c"

@@ -233,8 +233,8 @@ impl Vcpu {
             self.skipped += 1;
             self.publish_tail();
             if self.skip_left % switch::RETRY_EVERY == 0 && self.skip_left >= switch::MIN_SKIP {
-                // A long skip in callbacks: its switch was refused (a thread was being
-                // created).
+                // A long skip in callbacks: a new thread's first, or one whose switch to
+                // counting was refused (a thread was being created).
                 switch::window_closed(self.vcpu);
             }
             return;
@@ -852,6 +852,8 @@ extern "C" fn syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i6
 /// x86-64 system call numbers of the calls that create threads.
 const CLONE: i64 = 56;
 const CLONE3: i64 = 435;
+/// x86-64 `exit`: one thread's end (`exit_group` ends them all, with no vCPU removed).
+const EXIT: i64 = 60;
 
 /// A `clone` or `clone3` returned in the calling thread (the new thread, or a forked
 /// process, sees 0).
@@ -888,6 +890,10 @@ extern "C" fn syscall_entry<const LIVE_RDX: bool>(
 ) {
     if matches!(num, CLONE | CLONE3) {
         switch::clone_starts();
+        return;
+    }
+    if num == EXIT {
+        switch::thread_exit_starts(vcpu);
         return;
     }
     if let Some((lo, hi)) = fds::taken_by(num, a1, a2, a3) {

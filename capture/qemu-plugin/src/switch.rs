@@ -25,6 +25,8 @@
 //! of 7.2; threads beyond count in callbacks). A new thread must not inherit a counting code
 //! (QEMU 7.2 gives a new vCPU every event some vCPU has enabled), so while a thread is created
 //! the events count as disabled and no switch starts ([`clone_starts`]).
+//! A thread leaves its counting set at its `exit`, so that QEMU's removal of its vCPU changes no
+//! count ([`thread_exit_starts`]).
 //!
 //! Elsewhere a switch is `qemu_plugin_reset`, which flushes every translation. QEMU's inline
 //! add goes to one address for all vCPUs and is not atomic, so there the first counter is the
@@ -37,7 +39,7 @@ use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::sys;
 
@@ -73,11 +75,14 @@ pub fn place_counters(pages: *mut u64, bases: &'static [AtomicU64; COUNTERS]) {
 /// than the callbacks they save where they flush, and even in place a shorter skip would end
 /// only when the poller looks (every 200 us), far later than `period - window`.
 pub const MIN_SKIP: u64 = 1 << 18;
-/// A thread counting a long skip or gap in callbacks (its switch to counting was refused
-/// while a thread was being created, see [`request`]) asks again every this many accesses.
+/// A thread counting a long skip or gap in callbacks (a new thread's first skip in capture,
+/// or one whose switch to counting was refused while a thread was being created, see
+/// [`request`]) asks for counting every this many accesses.
 pub const RETRY_EVERY: u64 = 1 << 16;
 /// Longest sleep of the poller between looks at the counters.
 const POLL: Duration = Duration::from_micros(200);
+/// Shortest: the poller then takes at most a few percent of a core.
+const MIN_POLL: Duration = Duration::from_micros(20);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {
@@ -100,6 +105,8 @@ struct Counter {
     base: AtomicU64,
     /// Counter value at which the thread's next window is due.
     trigger: AtomicU64,
+    /// Serialises the poller's protects with crediting and mode changes.
+    arm: Mutex<()>,
 }
 
 static STATE: [Counter; COUNTERS] = [const {
@@ -109,6 +116,7 @@ static STATE: [Counter; COUNTERS] = [const {
         pending: AtomicBool::new(false),
         base: AtomicU64::new(0),
         trigger: AtomicU64::new(u64::MAX),
+        arm: Mutex::new(()),
     }
 }; COUNTERS];
 
@@ -128,8 +136,6 @@ thread_local! {
     /// gets the inline adds to it.
     static COUNTING_HERE: Cell<Option<usize>> = const { Cell::new(None) };
 }
-/// Serialises the poller's protects with crediting and mode changes.
-static ARM: Mutex<()> = Mutex::new(());
 static PLUGIN_ID: AtomicU64 = AtomicU64::new(0);
 /// Switches done (two per switched window; flushes and in place), for the status file.
 static RESETS: AtomicU64 = AtomicU64::new(0);
@@ -276,27 +282,48 @@ pub fn init(id: u64, enabled: bool) -> Result<(), String> {
 
 fn poller() {
     sys::block_all_signals();
+    sys::precise_sleeps();
     let pid = std::process::id();
+    // Each counter's count at the last look, and when.
+    let mut last = [(0u64, Instant::now()); COUNTERS];
+    let mut sleep = POLL;
     loop {
-        std::thread::sleep(POLL);
+        std::thread::sleep(sleep);
         if !enabled() {
             return;
         }
-        let Ok(_guard) = ARM.lock() else {
-            return;
-        };
         if std::process::id() != pid {
             continue;
         }
+        sleep = POLL;
+        let now = Instant::now();
         for (c, s) in STATE.iter().enumerate() {
-            if mode(c) == Mode::Count
-                && !s.pending.load(Ordering::Acquire)
-                && count(c) >= s.trigger.load(Ordering::Acquire)
-            {
+            // A thread holding the lock may be off its core for a while: the others go on.
+            let Ok(_guard) = s.arm.try_lock() else {
+                sleep = MIN_POLL;
+                continue;
+            };
+            if mode(c) != Mode::Count || s.pending.load(Ordering::Acquire) {
+                continue;
+            }
+            let (n, trigger) = (count(c), s.trigger.load(Ordering::Acquire));
+            if n >= trigger {
                 // SAFETY: a counter page of ours.
                 unsafe { sys::protect_page(page(c), false) };
+            } else {
+                // Look again when the thread should reach its trigger at the pace it kept
+                // since the last look: a fast thread passes a period in less than POLL
+                // (the gather here, 2 G accesses/s, 2^20 in 0.5 ms).
+                let (n0, t0) = last[c];
+                let secs = now.duration_since(t0).as_secs_f64();
+                if n > n0 && secs > 0.0 {
+                    let eta = (trigger - n) as f64 * secs / (n - n0) as f64;
+                    sleep = sleep.min(Duration::from_secs_f64(eta));
+                }
             }
+            last[c] = (n, now);
         }
+        sleep = sleep.max(MIN_POLL);
     }
 }
 
@@ -330,7 +357,7 @@ fn request(vcpu: u32, to: Mode) {
         }
         return;
     }
-    // CLONING's lock serialises the requests (not ARM: `on_reset` credits under ARM, and
+    // CLONING's lock serialises the requests (not a counter's: `on_reset` credits under it, and
     // live RDX's sampler asks for a switch under the lock that crediting takes).
     let Ok(cloning) = CLONING.lock() else {
         return;
@@ -338,9 +365,25 @@ fn request(vcpu: u32, to: Mode) {
     let Some(keyed) = keyed_in_use() else {
         return;
     };
-    if cloning.0 > 0 || s.pending.load(Ordering::Acquire) || mode(c) == to {
+    if s.pending.load(Ordering::Acquire) || mode(c) == to {
         return;
     }
+    if cloning.0 > 0 {
+        // Refused: the poller asks again (or the callbacks, every RETRY_EVERY accesses).
+        // Started from the thread that ends the clone instead, a switch raced with its
+        // thread: that thread could apply QEMU's part of it and translate blocks of the new
+        // set with the old instrumentation before the plugin's part was queued.
+        return;
+    }
+    start_switch(keyed, vcpu, to);
+}
+
+/// Starts vCPU `vcpu`'s switch in place to `to` (on its thread, CLONING's lock held, no clone
+/// under way): its events set to the mode's code, [`switched_in_place`] queued after QEMU's
+/// own work, so that the thread runs both before its next block (from another thread, the
+/// vCPU could run QEMU's part before the plugin's is queued).
+fn start_switch(keyed: &sys::KeyedTranslations, vcpu: u32, to: Mode) {
+    let s = &STATE[vcpu as usize];
     s.target.store(to as u8, Ordering::Release);
     s.pending.store(true, Ordering::Release);
     let code = if to == Mode::Count { vcpu + 1 } else { 0 };
@@ -427,6 +470,44 @@ pub fn clone_ended() {
     }
 }
 
+/// Guest thread `vcpu` is about to exit (at its `exit` system call, on its own thread,
+/// outside generated code). QEMU removes an exiting vCPU's events itself, taking one from
+/// the count of each event the vCPU has enabled. Were it still counting, and a clone between
+/// [`clone_starts`] and [`clone_ended`] (the counts held at 0), a count would wrap to 65535
+/// and the new thread would get the event: it would run the exiting thread's counting set,
+/// its accesses going to a counter no thread is credited with (a whole thread's count was
+/// lost so, 1 run in 3 with 8 threads). So the thread leaves its counting set here, the
+/// switch applied at once (QEMU's queued work run on the thread, as QEMU's loop would
+/// before its next block): it exits with no event enabled and no count changes.
+pub fn thread_exit_starts(vcpu: u32) {
+    let (Some(keyed), Some(c)) = (keyed_in_use(), counter_of(vcpu)) else {
+        return;
+    };
+    let s = &STATE[c];
+    // A switch to counting pending takes two rounds; waiting out clones, more.
+    for _ in 0..10_000 {
+        let Ok(cloning) = CLONING.lock() else {
+            return;
+        };
+        let pending = s.pending.load(Ordering::Acquire);
+        if !pending && mode(c) != Mode::Count {
+            return;
+        }
+        if cloning.0 > 0 && !pending {
+            // Changing the events now would change the counts held at 0.
+            drop(cloning);
+            std::thread::sleep(Duration::from_micros(20));
+            continue;
+        }
+        if !pending {
+            start_switch(keyed, vcpu, Mode::Callbacks);
+        }
+        // The work credits the counter, which takes locks that are taken before CLONING's.
+        drop(cloning);
+        keyed.run_queued_work(vcpu);
+    }
+}
+
 fn keyed_in_use() -> Option<&'static sys::KeyedTranslations> {
     if enabled() && in_place() {
         sys::keyed_translations()
@@ -443,8 +524,8 @@ pub fn thread_exits(vcpu: u32) -> Option<u64> {
         return None;
     }
     let c = counter_of(vcpu)?;
-    let _guard = ARM.lock().ok();
     let s = &STATE[c];
+    let _guard = s.arm.lock().ok();
     if mode(c) != Mode::Count && !s.pending.load(Ordering::Acquire) {
         return None;
     }
@@ -463,7 +544,7 @@ pub fn second_thread(child: u32) -> Option<(u32, u64)> {
     if in_place() || !ENABLED.swap(false, Ordering::AcqRel) {
         return None;
     }
-    let _guard = ARM.lock().ok();
+    let _guard = STATE[0].arm.lock().ok();
     // SAFETY: our own page.
     unsafe { sys::protect_page(page(0), true) };
     let owner = OWNER.swap(child, Ordering::AcqRel);
@@ -485,7 +566,7 @@ pub fn second_thread(child: u32) -> Option<(u32, u64)> {
 /// translate in from now on (and the poller's trigger when that is counting).
 pub fn on_reset(c: usize, credit: impl FnOnce(u32, u64) -> u64) {
     RESETS.fetch_add(1, Ordering::Relaxed);
-    let _guard = ARM.lock().ok();
+    let _guard = STATE[c].arm.lock().ok();
     // SAFETY: our own page.
     unsafe { sys::protect_page(page(c), true) };
     let (now, delta) = settle(c);
