@@ -64,6 +64,9 @@ pub const MAX_PREFILTER_DISTANCES: usize = 8;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DistStats {
     last: u64,
+    /// The [`Windows`] epoch of `last`: a distance to an index of an earlier epoch (another
+    /// sample window or thread) is not one.
+    epoch: u32,
     /// Far distances (counted until the tracking limit is reached: then the filter keeps
     /// the instruction whatever this says).
     pub far: u64,
@@ -74,13 +77,13 @@ pub struct DistStats {
 
 impl DistStats {
     #[inline(always)]
-    fn push(&mut self, index: u64, first: bool, oob: u64, limit: usize) {
+    fn push(&mut self, index: u64, first: bool, epoch: u32, oob: u64, limit: usize) {
         // With `limit` distinct distances the filter keeps the instruction whatever its far
         // jumps: nothing more to count.
         if usize::from(self.distinct_len) >= limit {
             return;
         }
-        if !first {
+        if !first && self.epoch == epoch {
             let d = index.wrapping_sub(self.last) as i64;
             self.far += u64::from(d.unsigned_abs() >= oob);
             let n = usize::from(self.distinct_len);
@@ -91,6 +94,7 @@ impl DistStats {
             }
         }
         self.last = index;
+        self.epoch = epoch;
     }
 
     /// Distinct distances, exact while below the tracking limit.
@@ -161,6 +165,8 @@ pub struct Windows {
     oob_distance: u64,
     spec_budget: usize,
     spec_kept: usize,
+    /// Bumped at each [`Windows::boundary`].
+    epoch: u32,
 }
 
 /// 16384 entries (256 KiB, in L2): programs cycle over hundreds to thousands of memory
@@ -184,6 +190,7 @@ impl Windows {
             oob_distance: 0,
             spec_budget: 0,
             spec_kept: 0,
+            epoch: 0,
         }
     }
 
@@ -253,7 +260,14 @@ impl Windows {
             a.addr / size
         };
         if self.dist_limit > 0 {
-            self.dists[id as usize][w].push(index, first, self.oob_distance, self.dist_limit);
+            let epoch = self.epoch;
+            self.dists[id as usize][w].push(
+                index,
+                first,
+                epoch,
+                self.oob_distance,
+                self.dist_limit,
+            );
         }
         if self.spec_budget > 0 {
             match &mut self.spec[id as usize][w] {
@@ -297,6 +311,15 @@ impl Windows {
         if row.len >= row.cap {
             self.flush();
         }
+    }
+
+    /// The accesses pushed next do not follow the ones before in program order (another
+    /// sample window, or another thread): the windows are analysed and reset, and no
+    /// distance spans the boundary. Without it a sampled trace's streams jumped at every
+    /// window and came out as gathers and scatters (a STREAM triad gave five).
+    pub fn boundary(&mut self) {
+        self.flush();
+        self.epoch = self.epoch.wrapping_add(1);
     }
 
     /// Analyses every row of both windows and resets them.
@@ -390,6 +413,31 @@ mod tests {
         assert_eq!(d.far, 2);
         assert_eq!(d.far_fraction(stats[0].loads), 2.0 / 8.0);
         assert_eq!(dists[0][1].unique(), 0);
+    }
+
+    #[test]
+    fn no_distance_spans_a_boundary() {
+        // Unit-stride runs far apart, as a sampled trace's windows of one stream are.
+        let run = |boundaries: bool| {
+            let mut w = Windows::new(1024, 64).with_distance_stats(3, 100);
+            for start in [0u64, 1_000_000, 5_000_000] {
+                if boundaries {
+                    w.boundary();
+                }
+                for i in start..start + 3 {
+                    w.push(&load(0x10, i));
+                }
+            }
+            let Pass1 { stats, dists, .. } = w.finish();
+            (
+                stats[0].gather_windows,
+                dists[0][0].unique(),
+                dists[0][0].far,
+            )
+        };
+        assert_eq!(run(true), (0, 1, 0));
+        // Without them: the jumps flag the row and count as far distances.
+        assert_eq!(run(false), (1, 3, 2));
     }
 
     #[test]
