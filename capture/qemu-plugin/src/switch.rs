@@ -318,7 +318,8 @@ fn poller() {
                 let secs = now.duration_since(t0).as_secs_f64();
                 if n > n0 && secs > 0.0 {
                     let eta = (trigger - n) as f64 * secs / (n - n0) as f64;
-                    sleep = sleep.min(Duration::from_secs_f64(eta));
+                    // (Capped first: a trigger far away would overflow a Duration.)
+                    sleep = Duration::from_secs_f64(eta.min(sleep.as_secs_f64()));
                 }
             }
             last[c] = (n, now);
