@@ -1111,14 +1111,16 @@ fn killing_mgbench_stops_the_program_and_leaves_a_readable_trace() {
     }
     let dir = temp_dir("sigkill");
     let trace = dir.join("k.mgbt");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mgbench"))
-        .args(["capture", "--quiet", "--full", "-o"])
-        .arg(&trace)
-        .args([&app("spmv"), "--rows=65536", "--iters=1000000"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_mgbench"))
+            .args(["capture", "--quiet", "--full", "-o"])
+            .arg(&trace)
+            .args([&app("spmv"), "--rows=65536", "--iters=1000000"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     // Wait until QEMU runs and has written frames.
     let needle = trace.display().to_string();
     let t0 = std::time::Instant::now();
@@ -1130,11 +1132,11 @@ fn killing_mgbench_stops_the_program_and_leaves_a_readable_trace() {
     }
     let qemu: Vec<u32> = processes_with(&needle)
         .into_iter()
-        .filter(|&p| p != child.id())
+        .filter(|&p| p != child.0.id())
         .collect();
     assert_eq!(qemu.len(), 1, "QEMU is running: {qemu:?}");
-    child.kill().unwrap(); // SIGKILL: mgbench cannot finalise anything.
-    child.wait().unwrap();
+    child.0.kill().unwrap(); // SIGKILL: mgbench cannot finalise anything.
+    child.0.wait().unwrap();
     // The kernel kills QEMU with its parent, and nothing writes the trace any more.
     let t1 = std::time::Instant::now();
     while std::path::Path::new(&format!("/proc/{}", qemu[0])).exists()
@@ -1483,13 +1485,15 @@ fn ptrace_timed_windows_and_attach() {
     assert_eq!(v["backend"], "ptrace");
 
     // Attach to a running process, detach on Ctrl-C, leave it running.
-    let mut target = Command::new(app("spmv"))
-        .args(["--rows=65536", "--iters=1000000"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut target = KillOnDrop(
+        Command::new(app("spmv"))
+            .args(["--rows=65536", "--iters=1000000"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let pid = target.id().to_string();
+    let pid = target.0.id().to_string();
     let cpus_allowed = || {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap()
@@ -1530,8 +1534,8 @@ fn ptrace_timed_windows_and_attach() {
         .to_string();
     // Stepped windows run on mgbench's CPU; the detached process has its own mask back.
     let after = cpus_allowed();
-    let _ = target.kill();
-    let _ = target.wait();
+    let _ = target.0.kill();
+    let _ = target.0.wait();
     assert!(
         !running.contains("t (tracing stop)") && !running.contains("Z"),
         "after detach: {running}"
@@ -1625,18 +1629,31 @@ fn child_of(parent: u32) -> Option<u32> {
 /// before anything stops it: a `kill -9` of mgbench leaves a readable trace of all but the
 /// last second (and the program dies with mgbench), and a full disk stops recording, keeps
 /// what was written and lets the program run on to its own end.
+/// A child process killed when it goes out of scope: a test that fails before it ends its
+/// mgbench must not leave it (and a program that runs forever) behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn ptrace_keeps_what_it_recorded_when_killed_or_out_of_disk() {
     let dir = temp_dir("ptrace-kept");
     let trace = dir.join("k.mgbt");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mgbench"))
-        .args(["capture", "--quiet", "--backend", "ptrace", "--full", "-o"])
-        .arg(&trace)
-        .args([&app("spmv"), "--rows=65536", "--iters=1000000"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_mgbench"))
+            .args(["capture", "--quiet", "--backend", "ptrace", "--full", "-o"])
+            .arg(&trace)
+            .args([&app("spmv"), "--rows=65536", "--iters=1000000"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     // The header is written at once, then what is recorded every second.
     let size = || std::fs::metadata(&trace).map_or(0, |m| m.len());
     let t0 = std::time::Instant::now();
@@ -1647,7 +1664,7 @@ fn ptrace_keeps_what_it_recorded_when_killed_or_out_of_disk() {
     assert!(header > 0, "no header after 30 s");
     // (The header may come before the program is started: under load, it took a while.)
     let program = loop {
-        match child_of(child.id()) {
+        match child_of(child.0.id()) {
             Some(pid) => break pid,
             None if t0.elapsed().as_secs() < 30 => {
                 std::thread::sleep(std::time::Duration::from_millis(20))
@@ -1659,8 +1676,8 @@ fn ptrace_keeps_what_it_recorded_when_killed_or_out_of_disk() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(size() > header, "nothing recorded reached the file in 30 s");
-    child.kill().unwrap(); // SIGKILL: mgbench cannot finalise anything.
-    child.wait().unwrap();
+    child.0.kill().unwrap(); // SIGKILL: mgbench cannot finalise anything.
+    child.0.wait().unwrap();
     let t1 = std::time::Instant::now();
     let alive = || {
         std::fs::read_to_string(format!("/proc/{program}/stat"))
