@@ -1111,16 +1111,7 @@ fn killing_mgbench_stops_the_program_and_leaves_a_readable_trace() {
     }
     let dir = temp_dir("sigkill");
     let trace = dir.join("k.mgbt");
-    let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_mgbench"))
-            .args(["capture", "--quiet", "--full", "-o"])
-            .arg(&trace)
-            .args([&app("spmv"), "--rows=65536", "--iters=1000000"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = capture_forever(&trace, &["--full"]);
     // Wait until QEMU runs and has written frames.
     let needle = trace.display().to_string();
     let t0 = std::time::Instant::now();
@@ -1640,20 +1631,27 @@ impl Drop for KillOnDrop {
     }
 }
 
-#[test]
-fn ptrace_keeps_what_it_recorded_when_killed_or_out_of_disk() {
-    let dir = temp_dir("ptrace-kept");
-    let trace = dir.join("k.mgbt");
-    let mut child = KillOnDrop(
+/// `mgbench capture --quiet HOW -o TRACE` of an SpMV that runs until it is killed.
+fn capture_forever(trace: &Path, how: &[&str]) -> KillOnDrop {
+    KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_mgbench"))
-            .args(["capture", "--quiet", "--backend", "ptrace", "--full", "-o"])
-            .arg(&trace)
+            .args(["capture", "--quiet"])
+            .args(how)
+            .arg("-o")
+            .arg(trace)
             .args([&app("spmv"), "--rows=65536", "--iters=1000000"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap(),
-    );
+    )
+}
+
+#[test]
+fn ptrace_keeps_what_it_recorded_when_killed_or_out_of_disk() {
+    let dir = temp_dir("ptrace-kept");
+    let trace = dir.join("k.mgbt");
+    let mut child = capture_forever(&trace, &["--backend", "ptrace", "--full"]);
     // The header is written at once, then what is recorded every second.
     let size = || std::fs::metadata(&trace).map_or(0, |m| m.len());
     let t0 = std::time::Instant::now();
