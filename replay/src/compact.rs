@@ -118,8 +118,8 @@ fn compact_side(indices: &mut [usize], b: usize) -> Side {
 
 /// Compacts every index array of `config` with a bound of `bytes` (a multiple of 64). Returns
 /// what was done, or None when no distance exceeded the bound (the config is then unchanged).
-/// Adds a note to the config when it changed.
-pub fn compact(config: &mut RunConfig, bytes: u64) -> Option<Compaction> {
+/// Adds a note to the config when it changed, naming the flag that asked for it (`label`).
+pub fn compact(config: &mut RunConfig, bytes: u64, label: &str) -> Option<Compaction> {
     let b = usize::try_from(bytes / 8).unwrap_or(usize::MAX).max(1);
     let mut sides: Vec<(&str, Side)> = Vec::new();
     match &mut config.kernel {
@@ -149,10 +149,10 @@ pub fn compact(config: &mut RunConfig, bytes: u64) -> Option<Compaction> {
     };
     for (key, s) in sides.iter().filter(|(_, s)| s.shrunk > 0) {
         config.notes.push(format!(
-            "\"{key}\" compacted by --compact-gaps {}: {} distance(s) longer than that shrunk \
-             (offsets within {}-byte blocks kept); span {} -> {}",
-            crate::plan::human_bytes(u128::from(bytes)),
+            "\"{key}\" compacted by {label}: {} distance(s) longer than {} shrunk (offsets \
+             within {}-byte blocks kept); span {} -> {}",
             s.shrunk,
+            crate::plan::human_bytes(u128::from(bytes)),
             bytes,
             crate::plan::human_bytes(u128::from(s.before) * 8),
             crate::plan::human_bytes(u128::from(s.after) * 8),

@@ -150,6 +150,10 @@ pub struct ReplayConfig {
     /// `--compact-gaps BYTES`: shrink distances between indices longer than this (see
     /// [`compact`]); `None` runs patterns as they are.
     pub compact_gaps: Option<u64>,
+    /// With `compact_gaps`: compact only the configurations that do not fit in memory as they
+    /// are (`--compact-gaps-if-needed`; `mgbench profile`, whose patterns come from a
+    /// program's whole address space).
+    pub compact_if_needed: bool,
 }
 
 /// How large STREAM's arrays are.
@@ -180,6 +184,7 @@ impl ReplayConfig {
             stream_elements: Some(StreamSize::Auto),
             out_dir: None,
             compact_gaps: None,
+            compact_if_needed: false,
         }
     }
 
@@ -369,16 +374,37 @@ pub fn plan_within(
             if let Some(r) = config.runs {
                 c.nruns = r;
             }
-            if let Some(bytes) = config.compact_gaps {
-                c.compaction = compact::compact(&mut c, bytes);
-            }
-            let fail = |problem| ReplayError::Plan {
+            let fail = |c: &RunConfig, problem| ReplayError::Plan {
                 origin: c.origin.clone(),
                 name: c.name.clone(),
                 problem,
             };
-            let footprint = plan::footprint(&c).map_err(fail)?;
-            plan::check_memory(&c, &footprint, config.threads, available).map_err(fail)?;
+            let mut footprint = None;
+            match config.compact_gaps {
+                Some(bytes) if config.compact_if_needed => {
+                    let f = plan::footprint(&c).map_err(|p| fail(&c, p))?;
+                    let need = f.bytes(config.threads);
+                    match available.filter(|&a| need > u128::from(a)) {
+                        Some(a) => {
+                            let label = format!(
+                                "--compact-gaps-if-needed, as it needed {} and {} is available",
+                                plan::human_bytes(need),
+                                plan::human_bytes(u128::from(a))
+                            );
+                            c.compaction = compact::compact(&mut c, bytes, &label);
+                        }
+                        None => footprint = Some(f),
+                    }
+                }
+                Some(bytes) => c.compaction = compact::compact(&mut c, bytes, "--compact-gaps"),
+                None => {}
+            }
+            let footprint = match footprint {
+                Some(f) => f,
+                None => plan::footprint(&c).map_err(|p| fail(&c, p))?,
+            };
+            plan::check_memory(&c, &footprint, config.threads, available)
+                .map_err(|p| fail(&c, p))?;
             let racy = !config.atomic && plan::scatter_may_race(&c, config.threads);
             Ok(Planned {
                 config: c,

@@ -132,7 +132,8 @@ pub fn footprint(config: &RunConfig) -> Result<Footprint, PlanError> {
 }
 
 const BOUND_HINT: &str = "run it with --compact-gaps (keeps every distance up to 2 MiB and shrinks \
-                          longer ones), or bound it with \"boundary\" (indices taken modulo N) or \
+                          longer ones; --compact-gaps-if-needed leaves the configs that fit as \
+                          they are), or bound it with \"boundary\" (indices taken modulo N) or \
                           \"pattern-size\" (keep the first N indices), or lower \"count\" or \"delta\"";
 
 /// Checks that the configuration's buffers fit in `available` bytes (None: unknown, skip).

@@ -51,7 +51,7 @@ pub(crate) fn non_negative(s: &str) -> Result<usize, String> {
 }
 
 /// Parses a size flag value (`4096`, `64KiB`, `2MiB`).
-fn size(s: &str) -> Result<u64, String> {
+pub(super) fn size(s: &str) -> Result<u64, String> {
     let bytes = mgbench_replay::compact::parse_size(s)?;
     mgbench_replay::compact::check_bound(bytes)?;
     Ok(bytes)
@@ -105,6 +105,10 @@ pub struct ReplayArgs {
     /// Without a value: 2MiB, a huge page.
     #[arg(long, value_name = "BYTES", num_args = 0..=1, default_missing_value = "2MiB", value_parser = size)]
     compact_gaps: Option<u64>,
+    /// As --compact-gaps, but only for the configurations that do not fit in memory as they
+    /// are; the others run unchanged.
+    #[arg(long, value_name = "BYTES", num_args = 0..=1, default_missing_value = "2MiB", value_parser = size, conflicts_with = "compact_gaps")]
+    compact_gaps_if_needed: Option<u64>,
 
     /// Inline pattern: an integer list ("0,4,8") or a generator (UNIFORM:8:1, MS1:..., LAPLACIAN:...).
     #[arg(
@@ -326,7 +330,8 @@ impl ReplayArgs {
             atomic: self.atomic,
             stream_elements: (!self.no_stream).then(|| StreamSize::from(self.stream_size)),
             out_dir: (!self.no_save).then_some(self.out),
-            compact_gaps: self.compact_gaps,
+            compact_gaps: self.compact_gaps.or(self.compact_gaps_if_needed),
+            compact_if_needed: self.compact_gaps_if_needed.is_some(),
         };
         Ok((config, self.format.into()))
     }

@@ -284,6 +284,12 @@ pub struct ProfileArgs {
     /// Timed replay runs per pattern.
     #[arg(short = 'R', long, value_parser = non_negative)]
     runs: Option<usize>,
+    /// Compact every pattern's long distances (as `mgbench replay --compact-gaps`). Without
+    /// it, only the patterns that would not fit in memory as they are (a program's accesses
+    /// can span its whole address space) are compacted, with a bound of 2MiB, and the
+    /// replay says so.
+    #[arg(long, value_name = "BYTES", num_args = 0..=1, default_missing_value = "2MiB", value_parser = super::replay::size)]
+    compact_gaps: Option<u64>,
     /// Program to profile, and its arguments.
     #[arg(
         value_name = "PROGRAM [ARGS]...",
@@ -343,6 +349,10 @@ pub fn profile(args: ProfileArgs) -> Result<i32> {
     if let Some(r) = args.runs {
         replay.push("--runs".into());
         replay.push(r.to_string().into());
+    }
+    match args.compact_gaps {
+        Some(bytes) => replay.push(format!("--compact-gaps={bytes}").into()),
+        None => replay.push("--compact-gaps-if-needed".into()),
     }
     let cli = super::Cli::try_parse_from(std::iter::once(OsString::from("mgbench")).chain(replay))
         .context("internal: replay arguments")?;

@@ -141,6 +141,50 @@ fn huge_indices_are_refused_then_run_compacted() {
 }
 
 #[test]
+fn compact_gaps_if_needed_leaves_what_fits_alone() {
+    let dir = temp_dir("compact-if-needed");
+    let file = corpus().join("huge-index.json");
+    let f = file.to_str().unwrap();
+    // The huge config is compacted, with the reason, and the ordinary one is not.
+    let mut args = vec!["replay", f, "--compact-gaps-if-needed"];
+    args.extend(QUICK);
+    let o = mgbench(&args, &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let recs = json_records(&stdout(&o));
+    assert!(recs[0]["compaction"].is_null());
+    assert_eq!(recs[1]["compaction"]["gaps_shrunk"], 1);
+    let notes = recs[1]["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| {
+            let n = n.as_str().unwrap();
+            n.contains("compacted by --compact-gaps-if-needed, as it needed 64.0 TiB and")
+                && n.contains("is available: 1 distance(s) longer than 2.0 MiB shrunk")
+        }),
+        "{notes:?}"
+    );
+    // Distances of 8 MB fit as they are: --compact-gaps shrinks them, -if-needed does not.
+    let inline = ["-p", "0,1000000,2000000,3000000,4000000"];
+    for (flag, compacted) in [
+        ("--compact-gaps", true),
+        ("--compact-gaps-if-needed", false),
+    ] {
+        let mut args = vec!["replay", flag];
+        args.extend(inline);
+        args.extend(QUICK);
+        let o = mgbench(&args, &dir);
+        assert!(o.status.success(), "{flag}: {}", stderr(&o));
+        let recs = json_records(&stdout(&o));
+        assert_eq!(!recs[0]["compaction"].is_null(), compacted, "{flag}");
+    }
+    // Asking for both is refused.
+    let o = mgbench(
+        &["replay", f, "--compact-gaps", "--compact-gaps-if-needed"],
+        &dir,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
 fn corpus_check_reports_each_file() {
     if !have("python3", "the corpus check script") {
         return;

@@ -303,3 +303,32 @@ fn profile_runs_capture_synth_and_replay() {
     assert!(err.contains("MB/s") && err.contains("Copy:"), "{err}");
     assert!(dir.join("p.json").exists());
 }
+
+#[test]
+fn profile_compacts_only_the_patterns_that_do_not_fit() {
+    if !have("qemu-x86_64", "mgbench profile") {
+        return;
+    }
+    // One instruction gathers from two halves a TiB apart: its pattern as mined needs a
+    // TiB-long buffer. profile runs it compacted and says why; --compact-gaps=4KiB is passed on.
+    let dir = temp_dir("profile-far");
+    for (extra, bound) in [(None, "2.0 MiB"), (Some("--compact-gaps=4KiB"), "4.0 KiB")] {
+        let mut args = vec!["profile", "--full", "-o", "far.json", "--runs", "1"];
+        args.extend(extra);
+        let prog = app("gather");
+        args.extend(["--", &prog, "--far=1", "--reps=2"]);
+        let o = mgbench(&args, &dir);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        assert!(err.contains("gather_far_sum"), "{err}");
+        let why = match extra {
+            None => "compacted by --compact-gaps-if-needed, as it needed 1.0 TiB and ",
+            Some(_) => "compacted by --compact-gaps: ",
+        };
+        assert!(err.contains(why), "{err}");
+        assert!(
+            err.contains(&format!("distance(s) longer than {bound} shrunk")),
+            "{err}"
+        );
+    }
+}
