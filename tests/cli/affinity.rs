@@ -252,6 +252,15 @@ fn zoom_finds_the_array_and_its_phases() {
     // malloc mmaps the array after start-up: the capture sends the mappings again, so it is
     // heap, not unmapped.
     assert_eq!(top["class"], "heap", "{top}");
+    // The guest's stack (anonymous memory in QEMU's mappings) is named: return addresses and
+    // the loader's locals are stack, not heap.
+    let segments = v["segments"].as_array().unwrap();
+    assert!(
+        segments
+            .iter()
+            .any(|s| s["class"] == "stack" && s["mapping"] == "[stack]" && f(&s["share"]) > 0.0),
+        "{segments:?}"
+    );
     // The interval tree: 256 leaves, 9 levels; the root holds every access and the whole
     // footprint, which is the sum of the lines touched first in each leaf.
     let levels = v["intervals"].as_array().unwrap();

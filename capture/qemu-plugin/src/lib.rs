@@ -917,10 +917,17 @@ extern "C" fn syscall_entry<const LIVE_RDX: bool>(
     }
 }
 
+/// QEMU's mappings, which are the guest's (user mode maps guest memory at the same
+/// addresses), with the guest's main stack named `[stack]` (in QEMU's own list it is anonymous
+/// memory, and `[stack]` is QEMU's).
 fn read_proc_maps() -> Vec<Mapping> {
-    std::fs::read_to_string("/proc/self/maps")
+    let mut maps = std::fs::read_to_string("/proc/self/maps")
         .map(|text| Mapping::parse_proc_maps(&text))
-        .unwrap_or_default()
+        .unwrap_or_default();
+    if let Some(size) = sys::guest_stack_size() {
+        Mapping::name_qemu_guest_stack(&mut maps, size);
+    }
+    maps
 }
 
 /// Size and kind of an access from QEMU's meminfo, through the spill file's decoding table

@@ -194,6 +194,15 @@ pub type CpuWork = extern "C" fn(*mut c_void, u64);
 /// [`keyed_translations`] are available (to compare the two).
 pub const SWITCH_ENV: &str = "MGBENCH_QEMU_SWITCH";
 
+/// The size of the guest's main stack (QEMU's `guest_stack_size`: the guest's stack limit, 8
+/// MiB by default); None outside QEMU.
+pub fn guest_stack_size() -> Option<u64> {
+    let p = qemu_symbol(c"guest_stack_size")?;
+    // SAFETY: QEMU's `unsigned long guest_stack_size` (linux-user/main.c), set before the
+    // guest is loaded and not written after.
+    Some(unsafe { *p.cast::<std::ffi::c_ulong>() } as u64)
+}
+
 /// QEMU 7.2's `LOG_TRACE` bit of `qemu_loglevel` (include/qemu/log.h).
 const LOG_TRACE: c_int = 1 << 15;
 

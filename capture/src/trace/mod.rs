@@ -122,7 +122,46 @@ impl Mapping {
             })
             .collect()
     }
+
+    /// Names the guest's main stack `[stack]` in the mappings of a QEMU user-mode process
+    /// (`maps` in address order, as /proc lists them). QEMU maps that stack as anonymous
+    /// memory, `stack_size` bytes (its `guest_stack_size`) above a guard page it makes
+    /// inaccessible, before the program's first thread runs: the lowest inaccessible anonymous
+    /// mapping followed at once by at least `stack_size` bytes of anonymous read-write memory.
+    /// Where the kernel merged more anonymous memory into that mapping, only the first
+    /// `stack_size` bytes are named, the rest is split off. Returns whether a stack was found.
+    pub fn name_qemu_guest_stack(maps: &mut Vec<Mapping>, stack_size: u64) -> bool {
+        if stack_size == 0 {
+            return false;
+        }
+        let found = maps.windows(2).position(|w| {
+            let (guard, stack) = (&w[0], &w[1]);
+            guard.path.is_empty()
+                && guard.perms.starts_with("---")
+                && guard.end == stack.start
+                && stack.path.is_empty()
+                && stack.perms.starts_with("rw")
+                && stack.end - stack.start >= stack_size
+        });
+        let Some(i) = found.map(|i| i + 1) else {
+            return false;
+        };
+        let end = maps[i].start + stack_size;
+        if maps[i].end > end {
+            let rest = Mapping {
+                start: end,
+                ..maps[i].clone()
+            };
+            maps.insert(i + 1, rest);
+        }
+        maps[i].end = end;
+        maps[i].path = GUEST_STACK.to_string();
+        true
+    }
 }
+
+/// The name of a main stack's mapping in /proc/PID/maps.
+pub const GUEST_STACK: &str = "[stack]";
 
 /// How accesses were chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,5 +254,56 @@ not a mapping line\n";
             }
         );
         assert_eq!((m[1].start, m[1].path.as_str()), (0x7ffd1000, ""));
+    }
+
+    /// QEMU 7.2 running Debian's `sleep` (its own mappings from 55cf... on left out).
+    const QEMU_MAPS: &str = "\
+4000000000-4000009000 r--p 00000000 fe:00 247774                         /usr/bin/sleep
+400000b000-400002c000 rw-p 00000000 00:00 0 
+400200b000-400200c000 ---p 00000000 00:00 0 
+400200c000-400280c000 rw-p 00000000 00:00 0 
+400280c000-400283d000 r--p 00000000 fe:00 325843                         /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2
+4002841000-4002843000 rw-p 00000000 00:00 0 
+4002a25000-4002a26000 ---p 00000000 00:00 0 
+4002a26000-4003226000 rw-p 00000000 00:00 0 
+7ffc8a1e0000-7ffc8a201000 rw-p 00000000 00:00 0                          [stack]
+";
+
+    #[test]
+    fn the_guest_stack_is_the_first_guarded_anonymous_mapping_of_its_size() {
+        let mut m = Mapping::parse_proc_maps(QEMU_MAPS);
+        let n = m.len();
+        assert!(Mapping::name_qemu_guest_stack(&mut m, 8 << 20));
+        assert_eq!(m.len(), n);
+        let named: Vec<(u64, u64)> = m
+            .iter()
+            .filter(|m| m.path == super::GUEST_STACK)
+            .map(|m| (m.start, m.end))
+            .collect();
+        // The guest's (not the guarded one above it, a thread's), and QEMU's own.
+        assert_eq!(
+            named,
+            [
+                (0x400200c000, 0x400280c000),
+                (0x7ffc8a1e0000, 0x7ffc8a201000)
+            ]
+        );
+        // Anonymous memory merged into it is split off, and stays anonymous.
+        let mut m = Mapping::parse_proc_maps(QEMU_MAPS);
+        m[3].end += 0x5000;
+        m.remove(4);
+        assert!(Mapping::name_qemu_guest_stack(&mut m, 8 << 20));
+        assert_eq!(
+            (m[3].start, m[3].end, m[3].path.as_str()),
+            (0x400200c000, 0x400280c000, "[stack]")
+        );
+        assert_eq!(
+            (m[4].start, m[4].end, m[4].path.as_str()),
+            (0x400280c000, 0x4002811000, "")
+        );
+        // No guarded mapping that large (another stack size): nothing is named.
+        let mut m = Mapping::parse_proc_maps(QEMU_MAPS);
+        assert!(!Mapping::name_qemu_guest_stack(&mut m, 16 << 20));
+        assert_eq!(m, Mapping::parse_proc_maps(QEMU_MAPS));
     }
 }
