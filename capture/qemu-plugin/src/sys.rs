@@ -200,7 +200,7 @@ pub fn guest_stack_size() -> Option<u64> {
     let p = qemu_symbol(c"guest_stack_size")?;
     // SAFETY: QEMU's `unsigned long guest_stack_size` (linux-user/main.c), set before the
     // guest is loaded and not written after.
-    Some(unsafe { *p.cast::<std::ffi::c_ulong>() } as u64)
+    Some(unsafe { *p.cast::<u64>() })
 }
 
 /// QEMU 7.2's `LOG_TRACE` bit of `qemu_loglevel` (include/qemu/log.h).
