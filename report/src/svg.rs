@@ -389,6 +389,9 @@ pub struct Plot {
     pub y: Axis,
     body: String,
     refs: String,
+    /// Reference lines' labels (x, y, anchor, color, text), placed when the legend's box is
+    /// known (see `finish`).
+    ref_labels: Vec<(f64, f64, &'static str, String, String)>,
     n: usize,
     skipped: usize,
     legend: Vec<(String, &'static str, Dash, bool)>,
@@ -422,6 +425,7 @@ impl Plot {
             y,
             body: String::new(),
             refs: String::new(),
+            ref_labels: Vec::new(),
             n: 0,
             skipped: 0,
             legend: Vec::new(),
@@ -668,11 +672,8 @@ impl Plot {
                 (ax + 3.0, "start")
             };
             let ty = ay.clamp(self.top + 10.0, self.height - self.bottom - 3.0);
-            let _ = write!(
-                self.refs,
-                "<text class=\"ref-label\" x=\"{tx:.1}\" y=\"{ty:.1}\" text-anchor=\"{anchor}\" font-size=\"10\" fill=\"{color}\">{}</text>",
-                esc(l)
-            );
+            self.ref_labels
+                .push((tx, ty, anchor, color.to_string(), l.to_string()));
         }
     }
 
@@ -701,16 +702,18 @@ impl Plot {
         let ty = self
             .py(y)
             .clamp(self.top + 10.0, self.height - self.bottom - 2.0);
-        let rot = if rotate != 0.0 {
-            format!(" transform=\"rotate({rotate:.1} {tx:.1} {ty:.1})\"")
-        } else {
-            String::new()
-        };
         let anchor = if tx > self.width - self.right - 80.0 {
             "end"
         } else {
             "start"
         };
+        if rotate == 0.0 {
+            // Placed with the legend known, as reference labels are.
+            self.ref_labels
+                .push((tx, ty, anchor, color.to_string(), s.to_string()));
+            return;
+        }
+        let rot = format!(" transform=\"rotate({rotate:.1} {tx:.1} {ty:.1})\"");
         let _ = write!(
             self.refs,
             "<text class=\"ref-label\" x=\"{tx:.1}\" y=\"{ty:.1}\" text-anchor=\"{anchor}\" font-size=\"10\" fill=\"{color}\"{rot}>{}</text>",
@@ -740,42 +743,73 @@ impl Plot {
             s,
             "<rect x=\"{l}\" y=\"{t}\" width=\"{pw:.1}\" height=\"{ph:.1}\" fill=\"#fff\" stroke=\"#888\"/>"
         );
-        // x ticks and grid
+        // x ticks and grid: every tick gets its grid line; labels too wide for the room
+        // between ticks (many bins with long names) are drawn every `step` ticks.
         let xt = self
             .x_ticks_at
             .clone()
             .unwrap_or_else(|| self.x.scale.ticks());
         let (xmin, xmax) = self.x.scale.range();
-        for v in xt {
-            if v < xmin.min(xmax) - 1e-12 * v.abs() || v > xmax.max(xmin) * (1.0 + 1e-9) + 1e-12 {
-                continue;
-            }
-            let x = self.px(v);
-            let _ = write!(
-                s,
-                "<line class=\"grid\" x1=\"{x:.1}\" y1=\"{t}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#e4e4e4\"/><text class=\"tick\" x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
-                t + ph,
-                t + ph + 13.0,
-                esc(&self
+        let xt: Vec<(f64, String)> = xt
+            .into_iter()
+            .filter(|&v| {
+                v >= xmin.min(xmax) - 1e-12 * v.abs() && v <= xmax.max(xmin) * (1.0 + 1e-9) + 1e-12
+            })
+            .map(|v| {
+                let label = self
                     .x_labels
                     .iter()
                     .find(|l| l.0 == v)
-                    .map_or_else(|| (self.x.format)(v), |l| l.1.clone()))
+                    .map_or_else(|| (self.x.format)(v), |l| l.1.clone());
+                (self.px(v), label)
+            })
+            .collect();
+        let step = label_step(&xt);
+        for (i, (x, label)) in xt.iter().enumerate() {
+            let _ = write!(
+                s,
+                "<line class=\"grid\" x1=\"{x:.1}\" y1=\"{t}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#e4e4e4\"/>",
+                t + ph,
             );
+            if i % step == 0 {
+                let _ = write!(
+                    s,
+                    "<text class=\"tick\" x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
+                    t + ph + 16.0,
+                    esc(label)
+                );
+            }
         }
-        // y ticks (or categories)
+        // y ticks (or categories): a label closer than a line's height to one already drawn
+        // is left out, the ticks nearest zero first (a symlog axis's -1, 0 and 1 crowd).
         if self.y_categories.is_empty() {
             let (ymin, ymax) = self.y.scale.range();
-            for v in self.y.scale.ticks() {
-                if v < ymin.min(ymax) - 1e-12 * v.abs() || v > ymax.max(ymin) * (1.0 + 1e-9) + 1e-12
-                {
-                    continue;
-                }
+            let mut yt: Vec<f64> = self
+                .y
+                .scale
+                .ticks()
+                .into_iter()
+                .filter(|&v| {
+                    v >= ymin.min(ymax) - 1e-12 * v.abs()
+                        && v <= ymax.max(ymin) * (1.0 + 1e-9) + 1e-12
+                })
+                .collect();
+            yt.sort_by(|a, b| a.abs().total_cmp(&b.abs()));
+            let mut drawn: Vec<f64> = Vec::new();
+            for v in yt {
                 let y = self.py(v);
                 let _ = write!(
                     s,
-                    "<line class=\"grid\" x1=\"{l}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#e4e4e4\"/><text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"10\">{}</text>",
+                    "<line class=\"grid\" x1=\"{l}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#e4e4e4\"/>",
                     l + pw,
+                );
+                if drawn.iter().any(|&d| (d - y).abs() < LINE_PX) {
+                    continue;
+                }
+                drawn.push(y);
+                let _ = write!(
+                    s,
+                    "<text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"10\">{}</text>",
                     l - 4.0,
                     y + 3.5,
                     esc(&(self.y.format)(v))
@@ -813,18 +847,39 @@ impl Plot {
         }
         s.push_str(&self.refs);
         s.push_str(&self.body);
-        // legend: top-right inside the frame, on a white box
+        // The legend's box: top-right inside the frame.
+        let longest = self
+            .legend
+            .iter()
+            .map(|e| e.0.chars().count())
+            .max()
+            .unwrap_or(0);
+        let lw = (longest as f64 * 6.2 + 34.0).min(pw - 8.0);
+        let lh = self.legend.len() as f64 * 15.0 + 6.0;
+        let lx = l + pw - lw - 4.0;
+        let ly = t + 4.0;
+        // Reference labels over the data marks, on a white halo; one the legend would hide goes
+        // just below it.
+        for (tx, ty, anchor, color, label) in &self.ref_labels {
+            let width = label.chars().count() as f64 * CHAR_PX;
+            let (x0, x1) = match *anchor {
+                "end" => (tx - width, *tx),
+                _ => (*tx, tx + width),
+            };
+            let under_legend = !self.legend.is_empty()
+                && x1 > lx
+                && x0 < lx + lw
+                && ty + 3.0 > ly
+                && ty - 9.0 < ly + lh;
+            let ty = if under_legend { ly + lh + 12.0 } else { *ty };
+            let _ = write!(
+                s,
+                "<text class=\"ref-label\" x=\"{tx:.1}\" y=\"{ty:.1}\" text-anchor=\"{anchor}\" font-size=\"10\" fill=\"{color}\" stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\">{}</text>",
+                esc(label)
+            );
+        }
+        // legend: on a white box
         if !self.legend.is_empty() {
-            let longest = self
-                .legend
-                .iter()
-                .map(|e| e.0.chars().count())
-                .max()
-                .unwrap_or(0);
-            let lw = (longest as f64 * 6.2 + 34.0).min(pw - 8.0);
-            let lh = self.legend.len() as f64 * 15.0 + 6.0;
-            let lx = l + pw - lw - 4.0;
-            let ly = t + 4.0;
             let _ = write!(
                 s,
                 "<g class=\"legend\"><rect x=\"{lx:.1}\" y=\"{ly:.1}\" width=\"{lw:.1}\" height=\"{lh:.1}\" fill=\"#fff\" fill-opacity=\"0.9\" stroke=\"#ccc\"/>"
@@ -869,6 +924,28 @@ impl Plot {
 }
 
 /// `s` cut to `max` characters with an ellipsis.
+/// Height of a 10 px tick label with room around it.
+const LINE_PX: f64 = 11.0;
+/// Width of a character of a 10 px tick label (DejaVu Sans: digits 6.4 px, most letters less).
+const CHAR_PX: f64 = 6.4;
+
+/// Draw every `step`-th of these x tick labels (pixel x, text), so that neighbours drawn never
+/// touch: 1 when they all fit.
+fn label_step(ticks: &[(f64, String)]) -> usize {
+    let widest = ticks
+        .iter()
+        .map(|(_, l)| l.chars().count() as f64 * CHAR_PX)
+        .fold(0.0, f64::max);
+    let closest = ticks
+        .windows(2)
+        .map(|w| (w[1].0 - w[0].0).abs())
+        .fold(f64::INFINITY, f64::min);
+    if !closest.is_finite() || closest <= 0.0 {
+        return 1;
+    }
+    ((widest + 4.0) / closest).ceil().max(1.0) as usize
+}
+
 pub fn shorten(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         s.to_string()
@@ -951,5 +1028,81 @@ mod tests {
         assert!(svg.text.contains("data-n=\"2\""));
         assert!(!svg.text.contains("NaN") && !svg.text.contains("inf"));
         assert_eq!(svg.text.matches("class=\"mark\"").count(), 2);
+    }
+
+    /// The texts of a figure's tick labels, in the order drawn.
+    fn tick_texts(svg: &str) -> Vec<String> {
+        svg.split("<text class=\"tick\"")
+            .skip(1)
+            .map(|t| t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()].to_string())
+            .collect()
+    }
+
+    #[test]
+    fn crowded_tick_labels_are_thinned() {
+        // 16 bins named in 9 characters (58 px) 32.5 px apart: every other name is drawn, every
+        // grid line is.
+        let names: Vec<String> = (0..16).map(|i| format!("{i:03}K-{:03}K", i + 1)).collect();
+        let mut p = Plot::new(
+            "bins",
+            600.0,
+            200.0,
+            60.0,
+            Axis::new(
+                Scale::Linear {
+                    min: -0.5,
+                    max: 15.5,
+                },
+                "bin",
+            ),
+            Axis::new(Scale::Linear { min: 0.0, max: 1.0 }, "y"),
+        );
+        p.x_labels(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (i as f64, n.clone()))
+                .collect(),
+        );
+        let text = p.finish().text;
+        let drawn = tick_texts(&text);
+        let bins: Vec<&String> = drawn.iter().filter(|t| t.contains('K')).collect();
+        assert_eq!(bins, names.iter().step_by(2).collect::<Vec<_>>());
+        assert_eq!(text.matches("class=\"grid\"").count(), 16 + 6);
+        // A wide plot draws them all.
+        let mut p = Plot::new(
+            "bins",
+            1600.0,
+            200.0,
+            60.0,
+            Axis::new(
+                Scale::Linear {
+                    min: -0.5,
+                    max: 15.5,
+                },
+                "bin",
+            ),
+            Axis::new(Scale::Linear { min: 0.0, max: 1.0 }, "y"),
+        );
+        p.x_labels(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (i as f64, n.clone()))
+                .collect(),
+        );
+        assert_eq!(tick_texts(&p.finish().text).len(), 16 + 6);
+        // A symlog y axis: 0 is labelled, and -1 and 1, a few pixels from it, are not.
+        let p = Plot::new(
+            "symlog",
+            400.0,
+            200.0,
+            60.0,
+            Axis::new(Scale::Linear { min: 0.0, max: 0.5 }, "x"),
+            Axis::new(Scale::symlog_over([-1e6, 1e10]), "delta"),
+        );
+        let drawn = tick_texts(&p.finish().text);
+        assert!(drawn.iter().any(|t| t == "0"), "{drawn:?}");
+        assert!(!drawn.iter().any(|t| t == "1" || t == "-1"), "{drawn:?}");
     }
 }

@@ -82,6 +82,8 @@ const figures = await page.evaluate(() => {
     const vb = svg.viewBox.baseVal;
     const labels = [...svg.querySelectorAll('.axis-label')].map((t) => t.textContent);
     const outside = [];
+    const ticks = [];
+    const refLabels = [];
     for (const t of svg.querySelectorAll('text')) {
       if (!t.textContent.trim()) continue;
       const b = t.getBBox();
@@ -106,6 +108,8 @@ const figures = await page.evaluate(() => {
           height: Math.max(...ys) - Math.min(...ys),
         };
       }
+      if (t.classList.contains('tick')) ticks.push({ text: t.textContent, box });
+      if (t.classList.contains('ref-label')) refLabels.push({ text: t.textContent, box });
       const tol = 1.5;
       if (
         box.x < vb.x - tol ||
@@ -116,9 +120,32 @@ const figures = await page.evaluate(() => {
         outside.push(`"${t.textContent}" at ${box.x.toFixed(1)},${box.y.toFixed(1)} ${box.width.toFixed(1)}x${box.height.toFixed(1)}`);
       }
     }
+    // Tick labels that run into each other (bins too narrow for their names) cannot be read.
+    const overlaps = [];
+    for (let i = 0; i < ticks.length; i++) {
+      for (let j = i + 1; j < ticks.length; j++) {
+        const a = ticks[i].box;
+        const b = ticks[j].box;
+        const w = Math.min(a.x + a.width, b.x + b.width) - Math.max(a.x, b.x);
+        const h = Math.min(a.y + a.height, b.y + b.height) - Math.max(a.y, b.y);
+        if (w > 1 && h > 1) overlaps.push(`"${ticks[i].text}" and "${ticks[j].text}"`);
+      }
+    }
+    // A reference line's label under the legend's box cannot be read.
+    const legend = svg.querySelector('g.legend > rect');
+    if (legend) {
+      const a = legend.getBBox();
+      for (const r of refLabels) {
+        const b = r.box;
+        const w = Math.min(a.x + a.width, b.x + b.width) - Math.max(a.x, b.x);
+        const h = Math.min(a.y + a.height, b.y + b.height) - Math.max(a.y, b.y);
+        if (w > 1 && h > 1) overlaps.push(`"${r.text}" and the legend`);
+      }
+    }
     out.push({
       id,
       n,
+      overlaps,
       marks,
       width: rect.width,
       height: rect.height,
@@ -140,6 +167,7 @@ for (const f of figures) {
     problems.push(`figure ${f.id}: no axis label`);
   }
   for (const o of f.outside) problems.push(`figure ${f.id}: text outside the viewBox: ${o}`);
+  for (const o of f.overlaps) problems.push(`figure ${f.id}: labels overlap: ${o}`);
 }
 
 if (figDir) {

@@ -1,6 +1,6 @@
 //! The page in a real browser: Debian's chromium-headless-shell driven by playwright-core
 //! (tests/browser/check-report.mjs). The check must pass on the fixtures' report and fail on
-//! three planted defects. Needs node, the browser and `npm ci` in tests/browser (scripts/
+//! four planted defects. Needs node, the browser and `npm ci` in tests/browser (scripts/
 //! setup.sh does both); locally a missing piece skips with a message, under CI=true it fails.
 
 use std::path::{Path, PathBuf};
@@ -115,6 +115,20 @@ fn report_passes_in_a_real_browser_and_planted_defects_fail() {
     let p = v["problems"].to_string();
     assert!(
         p.contains("empty svg") && p.contains("marks drawn but data-n"),
+        "{v:#}"
+    );
+    // Planted defect 4: a tick label drawn over another one.
+    let at = first.find("<text class=\"tick\"").unwrap();
+    let tick = &first[at..at + first[at..].find("</text>").unwrap() + "</text>".len()];
+    let text_at = tick.find('>').unwrap() + 1;
+    let twin = format!("{}planted-tick</text>", &tick[..text_at]);
+    let crowded = first.replacen(tick, &format!("{tick}{twin}"), 1);
+    let bad = r.html.replacen(first, &crowded, 1);
+    let (code, v, _) = check(&write(&dir, "overlap.html", &bad));
+    assert_eq!(code, 1, "{v:#}");
+    let p = v["problems"].to_string();
+    assert!(
+        p.contains("labels overlap") && p.contains("planted-tick"),
         "{v:#}"
     );
 }
