@@ -207,10 +207,16 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
     } else {
         String::new()
     };
+    let skipped = match cfg.mode {
+        Mode::Full => "every access".to_string(),
+        Mode::Sampled { .. } => format!("{} skipped by sampling", report.skipped),
+        Mode::Timed { .. } => {
+            "windows taken by time: the accesses between them are not counted".to_string()
+        }
+    };
     eprintln!(
-        "mgbench: {} accesses recorded ({} skipped by sampling) in {} thread(s) in {:.2} s -> {} ({} bytes{per})",
+        "mgbench: {} accesses recorded ({skipped}) in {} thread(s) in {:.2} s -> {} ({} bytes{per})",
         report.recorded,
-        report.skipped,
         report.threads,
         report.elapsed_s,
         report.trace.display(),
