@@ -327,7 +327,16 @@ fn info(file: &Path, format: InfoFormat, top: usize) -> Result<i32> {
             i.accesses, i.loads, i.stores
         )?;
         writeln!(out, "samples      {}", i.samples)?;
-        writeln!(out, "threads      {}", i.threads)?;
+        if i.mode == "full" {
+            writeln!(out, "threads      {}", i.threads)?;
+        } else {
+            // A thread that ran between windows only is in the skipped count, not here.
+            writeln!(
+                out,
+                "threads      {} with recorded accesses (a thread that ran in no window is in skipped only)",
+                i.threads
+            )?;
+        }
         if i.sample_ratio_known {
             writeln!(
                 out,
