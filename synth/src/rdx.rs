@@ -595,7 +595,8 @@ impl LiveThread {
 /// Lines (times are the thread's own access counts; a missing thread number is 0):
 /// `H period jitter watchpoints seed [adaptive]`, `S ip addr time register|- period thread`,
 /// `T register time thread`, `E time thread` (the thread's end), `X time thread path` (an
-/// execve), `M` (a /proc/self/maps line), `B blocks` (retranslated), `N note`.
+/// execve), `C children` (the child processes started so far), `M` (a /proc/self/maps line),
+/// `B blocks` (retranslated), `N note`.
 pub fn reuse_live(
     events: &Path,
     command: &str,
@@ -635,6 +636,7 @@ pub fn reuse_live(
     let mut adaptive = false;
     let mut periods: Option<(u64, u64)> = None;
     let mut exec: Option<(u64, String)> = None;
+    let mut children = 0u64;
     let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
     // A thread's number: the field at `i`, 0 when absent (one-thread runs).
     let thread_at = |f: &[&str], i: usize| f.get(i).map_or(Some(0), |v| v.parse::<u32>().ok());
@@ -713,6 +715,10 @@ pub fn reuse_live(
                 maps.push('\n');
             }
             "N" => notes.push(rest.to_string()),
+            "C" => {
+                let c = f.first().and_then(|v| v.parse::<u64>().ok());
+                children = children.max(c.ok_or_else(|| bad(n, line))?);
+            }
             "B" => blocks = f.first().and_then(|v| v.parse::<u64>().ok()),
             "E" => {
                 let (Some(first), Some(now), Some(thread)) = (
@@ -773,6 +779,11 @@ pub fn reuse_live(
                 "the program did not exit normally: the histograms cover its first {accesses} accesses"
             ),
         });
+    }
+    if children > 0 {
+        notes.push(format!(
+            "the program started {children} child process(es) (fork): QEMU runs each in a copy of itself whose accesses are not measured here; to measure a child's work, run its program on its own (mgbench reuse -- PROGRAM)"
+        ));
     }
     let nthreads = tracks.len();
     if nthreads > 1 {

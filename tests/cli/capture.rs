@@ -409,6 +409,8 @@ fn threads_that_exit_while_others_start_keep_their_counts() {
         // QEMU's trace log stays off: the events that key a thread's set of translations
         // include the system call events, which printed a line each on the guest's stderr.
         assert!(!stderr(&o).contains("guest_user_syscall"), "{}", stderr(&o));
+        // Threads are not child processes.
+        assert!(!stderr(&o).contains("child process"), "{}", stderr(&o));
         read_trace(&dir.join(out))
     };
     let full = capture(&["--full"], "full.mgbt");
@@ -694,6 +696,10 @@ fn a_forked_child_exits_with_its_own_status() {
         assert!(!stderr(&o).contains("panicked"), "{mode:?}: {}", stderr(&o));
         let t = read_trace(&dir.join("f.mgbt"));
         assert!(t.end.is_some() && !t.chunks.is_empty(), "{mode:?}");
+        // The child's accesses are not in the trace, and the capture and the trace say so.
+        let said = "the program started 1 child process(es) (fork)";
+        assert!(stderr(&o).contains(said), "{mode:?}: {}", stderr(&o));
+        assert!(t.notes.iter().any(|n| n.contains(said)), "{:?}", t.notes);
     }
 }
 

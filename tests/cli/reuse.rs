@@ -694,6 +694,11 @@ fn live_rdx_of_a_program_that_execs_says_where_it_left_qemu() {
         "{notes}"
     );
     assert!(!notes.contains("did not exit normally"), "{notes}");
+    // The child that ran /bin/true is not measured, and the report says so.
+    assert!(
+        notes.contains("the program started 1 child process(es) (fork)"),
+        "{notes}"
+    );
     assert!(
         v["words"]["samples"].as_u64().unwrap() > 100,
         "{}",

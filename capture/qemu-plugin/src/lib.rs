@@ -33,7 +33,7 @@ mod sys;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -747,6 +747,7 @@ extern "C" fn rdx_vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {
 }
 
 extern "C" fn rdx_at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
+    rdx::children(children());
     rdx::finish();
 }
 
@@ -849,15 +850,71 @@ extern "C" fn syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i6
     note_mappings(plugin(), addr);
 }
 
-/// x86-64 system call numbers of the calls that create threads.
+/// x86-64 system call numbers of the calls that create threads (and processes).
 const CLONE: i64 = 56;
 const CLONE3: i64 = 435;
+/// ... and of the calls that only create processes.
+const FORK: i64 = 57;
+const VFORK: i64 = 58;
+
+/// Child processes the program started (fork, vfork, clone without a shared address space).
+/// QEMU runs each in a copy of itself and of the plugin, which records nothing there: the
+/// report says so.
+static CHILDREN: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The calling thread's pending `clone`/`fork` makes a process (set at the call's entry,
+    /// taken at its return).
+    static FORKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether system call `num` with first argument `a1` makes a new process rather than a
+/// thread, as QEMU 7.2 decides (linux-user `do_fork`: `CLONE_VFORK` is emulated by a fork,
+/// and without `CLONE_VM` it forks); clone3's flags are the first field its argument points
+/// to.
+fn makes_process(num: i64, a1: u64) -> bool {
+    const CLONE_VM: u64 = 0x100;
+    const CLONE_VFORK: u64 = 0x4000;
+    let flags = match num {
+        FORK | VFORK => return true,
+        CLONE => a1,
+        CLONE3 => {
+            let mut b = [0u8; 8];
+            if sys::read_own(a1, &mut b) != 8 {
+                return false;
+            }
+            u64::from_le_bytes(b)
+        }
+        _ => return false,
+    };
+    flags & CLONE_VFORK != 0 || flags & CLONE_VM == 0
+}
+
+/// The child processes started so far (see [`CHILDREN`]).
+pub(crate) fn children() -> u64 {
+    CHILDREN.load(Ordering::Relaxed)
+}
+
+/// What the trace says about child processes, if there were any.
+fn children_note() -> Option<String> {
+    let n = children();
+    (n > 0).then(|| format!(
+        "the program started {n} child process(es) (fork): QEMU runs each in a copy of itself whose accesses are not in this trace; to trace a child's work, capture its program on its own (mgbench capture -- PROGRAM)"
+    ))
+}
 /// x86-64 `exit`: one thread's end (`exit_group` ends them all, with no vCPU removed).
 const EXIT: i64 = 60;
 
 /// A `clone` or `clone3` returned in the calling thread (the new thread, or a forked
 /// process, sees 0).
 fn clone_returned(num: i64, ret: i64) {
+    if !matches!(num, CLONE | CLONE3 | FORK | VFORK) {
+        return;
+    }
+    // The child's copy of the flag is taken too (a fork's child sees 0).
+    if FORKING.with(|f| f.take()) && ret > 0 {
+        CHILDREN.fetch_add(1, Ordering::Relaxed);
+    }
     if matches!(num, CLONE | CLONE3) && ret != 0 {
         switch::clone_ended();
     }
@@ -888,6 +945,9 @@ extern "C" fn syscall_entry<const LIVE_RDX: bool>(
     _a7: u64,
     _a8: u64,
 ) {
+    if matches!(num, CLONE | CLONE3 | FORK | VFORK) {
+        FORKING.with(|f| f.set(makes_process(num, a1)));
+    }
     if matches!(num, CLONE | CLONE3) {
         switch::clone_starts();
         return;
@@ -910,6 +970,7 @@ extern "C" fn syscall_entry<const LIVE_RDX: bool>(
     };
     if LIVE_RDX {
         // (A forked child's events are dropped by `rdx` itself.)
+        rdx::children(children());
         rdx::on_exec(vcpu, &path);
     } else if std::process::id() == plugin().pid {
         // A forked child's exec leaves the parent's trace going on.
@@ -1163,6 +1224,9 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
             }
         )));
     }
+    if let Some(note) = children_note() {
+        let _ = p.tx.send(Msg::Note(note));
+    }
     let _ = p.tx.send(Msg::Shutdown);
     let report = p
         .writer
@@ -1180,6 +1244,7 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
             "recorded": recorded,
             "skipped": skipped,
             "threads": threads,
+            "children": children(),
             "chunks": report.chunks,
             "resets": switch::resets(),
             "switches_in_place": switch::switches_in_place(),

@@ -661,6 +661,19 @@ pub fn native_stop(why: &str) {
     }
 }
 
+/// Logs the child processes the program started so far (`C n`; none while there are none):
+/// their accesses are not measured. Logged where the run may end (exit, execve).
+pub fn children(n: u64) {
+    if n == 0 {
+        return;
+    }
+    if let Ok(mut g) = STATE.try_lock() {
+        if let Some(st) = g.as_mut() {
+            st.log(format_args!("C {n}\n"));
+        }
+    }
+}
+
 pub fn active() -> bool {
     ACTIVE.load(Ordering::Acquire)
 }

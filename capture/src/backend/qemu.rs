@@ -308,6 +308,12 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         Some(s) => {
             end.errors = s.errors.clone();
             warnings.extend(s.errors);
+            if s.children > 0 {
+                warnings.push(format!(
+                    "the program started {} child process(es) (fork): QEMU runs each in a copy of itself, and their accesses are not in the trace; to trace a child's work, capture its program on its own (mgbench capture -- PROGRAM ...)",
+                    s.children
+                ));
+            }
             (s.recorded, s.skipped, s.threads)
         }
         None => {
@@ -584,6 +590,9 @@ struct PluginStatus {
     recorded: u64,
     skipped: u64,
     threads: u64,
+    /// Child processes the program started (their accesses are not in the trace).
+    #[serde(default)]
+    children: u64,
     #[serde(default)]
     errors: Vec<String>,
 }
