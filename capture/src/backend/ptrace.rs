@@ -193,16 +193,28 @@ struct Tracer {
     synced: Instant,
     /// Writing the trace failed: nothing more is recorded, the threads are detached.
     failed: bool,
+    /// Child processes the program started (fork, vfork): each is let go at its first stop,
+    /// untraced, and the report says so.
+    children: u64,
 }
 
 fn options(attached: bool) -> Options {
-    let mut o =
-        Options::PTRACE_O_TRACECLONE | Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_TRACEEXIT;
+    // Forks are followed only to be let go (and counted): a child process is not traced.
+    let mut o = Options::PTRACE_O_TRACECLONE
+        | Options::PTRACE_O_TRACEFORK
+        | Options::PTRACE_O_TRACEVFORK
+        | Options::PTRACE_O_TRACEEXEC
+        | Options::PTRACE_O_TRACEEXIT;
     if !attached {
         // A program mgbench started dies with it; an attached one must not.
         o |= Options::PTRACE_O_EXITKILL;
     }
     o
+}
+
+/// Whether `tid` is a thread of process `leader` (else a process of its own, a child).
+fn is_thread_of(leader: Pid, tid: Pid) -> bool {
+    tid == leader || std::path::Path::new(&format!("/proc/{leader}/task/{tid}")).exists()
 }
 
 fn read_maps(pid: Pid) -> Vec<Mapping> {
@@ -712,6 +724,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         pin: Pin::tracer(),
         synced: Instant::now(),
         failed: false,
+        children: 0,
     };
     if attached {
         let tids: Vec<Pid> = std::fs::read_dir(format!("/proc/{leader}/task"))
@@ -794,7 +807,10 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                 };
             }
             WaitStatus::PtraceEvent(tid, _, ev) => {
-                if ev == Event::PTRACE_EVENT_CLONE as i32 {
+                if ev == Event::PTRACE_EVENT_FORK as i32 || ev == Event::PTRACE_EVENT_VFORK as i32 {
+                    // The child is let go at its first stop (see PTRACE_EVENT_STOP).
+                    tr.resume_in_syscall(tid);
+                } else if ev == Event::PTRACE_EVENT_CLONE as i32 {
                     if let Ok(new) = ptrace::getevent(tid) {
                         let new = Pid::from_raw(new as i32);
                         if !tr.threads.contains_key(&new) {
@@ -819,6 +835,12 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                 } else if ev == Event::PTRACE_EVENT_STOP as i32 {
                     // First stop of a new thread, or our interrupt at the end of a pause.
                     if !tr.threads.contains_key(&tid) {
+                        if !is_thread_of(leader, tid) {
+                            // A child process (fork), attached by the kernel: let it go.
+                            tr.children += 1;
+                            let _ = ptrace::detach(tid, None);
+                            continue;
+                        }
                         tr.add_thread(tid);
                     }
                     let stepped = if tr.threads.get(&tid).is_some_and(|t| t.native) {
@@ -900,6 +922,18 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         ));
     }
     let mut w = tr.writer;
+    if tr.children > 0 {
+        let n = tr.children;
+        warnings.push(format!(
+            "the program started {n} child process(es) (fork): they ran untraced, and their accesses are not in the trace; to trace a child's work, capture its program on its own (mgbench capture -- PROGRAM ...)"
+        ));
+        if !tr.failed {
+            w.write_note(&format!(
+                "the program started {n} child process(es) (fork): they ran untraced, and their accesses are not in this trace"
+            ))
+            .map_err(out_err)?;
+        }
+    }
     if let Err(e) = w.flush() {
         if !tr.failed {
             return Err(out_err(e));
