@@ -514,6 +514,78 @@ fn roi_keeps_only_the_named_function() {
     }
 }
 
+/// `work` ends in a tail call to `helper` (its own code has no `ret`), and `via` enters it by
+/// a tail jump after a store: the ROI `work` must end where `helper` returns for it.
+const TAIL_CALLS: &str = r#"#include <stdio.h>
+#include <stdlib.h>
+volatile long sink;
+__attribute__((noinline)) long helper(long *a, long n) { long s = 0; for (long i = 0; i < n; i++) s += a[i]; return s; }
+__attribute__((noinline)) long work(long *a, long n) { a[0] += 1; return helper(a, n); }
+__attribute__((noinline)) long via(long *a, long n) { sink = sink + 1; return work(a, n); }
+int main(int argc, char **argv) {
+  long reps = atol(argv[1]); long *a = calloc(64, sizeof *a); long t = 0;
+  for (long r = 0; r < reps; r++) {
+    t += work(a, 64);
+    t += via(a, 64);
+    for (long i = 0; i < 64; i++) a[i] += i;
+  }
+  printf("%ld\n", t);
+  return 0;
+}
+"#;
+
+#[test]
+fn roi_ends_where_a_tail_called_function_returns() {
+    if !need_qemu("ROI capture") {
+        return;
+    }
+    let dir = temp_dir("roi-tail");
+    build_c(&dir, "tail", TAIL_CALLS, &["-O2"]);
+    // Before, the ROI counted returns inside `work`, which has none: it never ended, and
+    // main's loop and everything after the first call went into the trace.
+    let o = mgbench(
+        &[
+            "capture", "--full", "--roi", "work", "-o", "t.mgbt", "./tail", "100",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = read_trace(&dir.join("t.mgbt"));
+    let mut sym = Symbolizer::new(t.mappings.clone());
+    let mut per_function = std::collections::BTreeMap::<String, u64>::new();
+    for a in t.chunks.iter().flat_map(|c| &c.accesses) {
+        let f = sym.resolve(a.ip).function.unwrap_or_default();
+        *per_function.entry(f).or_default() += 1;
+    }
+    // 200 entries (100 by call, 100 by tail jump): work's add (a load and a store) and
+    // helper's 64 loads each; the ret that leaves the ROI is not recorded.
+    let want: std::collections::BTreeMap<String, u64> =
+        [("helper".to_string(), 200 * 64), ("work".to_string(), 400)].into();
+    assert_eq!(per_function, want);
+    // Sampled (windows of 64 every 128 of the ROI's accesses): the ROI's accesses only.
+    let o = mgbench(
+        &[
+            "capture",
+            "--roi",
+            "work",
+            "--sample-window",
+            "64",
+            "--sample-period",
+            "128",
+            "-o",
+            "s.mgbt",
+            "./tail",
+            "100",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = read_trace(&dir.join("s.mgbt"));
+    let recorded: u64 = s.chunks.iter().map(|c| c.accesses.len() as u64).sum();
+    let skipped = s.end.as_ref().unwrap().skipped;
+    assert_eq!(recorded + skipped, 200 * 64 + 400, "{recorded} + {skipped}");
+}
+
 #[test]
 fn roi_errors_and_never_entered() {
     if !need_qemu("ROI capture") {

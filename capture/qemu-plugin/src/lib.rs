@@ -202,7 +202,18 @@ struct Vcpu {
     thread: u32,
     off: bool,
     roi_gate: bool,
+    /// Inside the ROI while > 0: 1 from an entry by a call until the load of its return
+    /// address (`roi_return`), else entries minus returns inside the ROI's functions.
     roi_depth: u64,
+    /// Where the return address of the call that entered the ROI lies: the `ret` that loads
+    /// it leaves the ROI, wherever it runs (a function that ends in a tail call returns from
+    /// the function it jumped to, never from its own code).
+    roi_return: Option<u64>,
+    /// Where the thread's last access went (in a ROI capture), and whether it was a store: at
+    /// a function's entry by a call, the call's push of the return address; by a tail jump,
+    /// often the jumping function's last `pop`, 8 bytes below its return address.
+    last_access: u64,
+    last_was_store: bool,
     window: u64,
     period: u64,
     /// Where accesses go (`None` only when `off`).
@@ -225,7 +236,7 @@ struct Vcpu {
 impl Vcpu {
     #[inline(always)]
     fn record(&mut self, ip: u64, addr: u64, info: u32) {
-        if self.off || (self.roi_gate && self.roi_depth == 0) {
+        if self.off || (self.roi_gate && !self.in_roi(addr, info)) {
             return;
         }
         if self.skip_left > 0 {
@@ -274,6 +285,60 @@ impl Vcpu {
         }
         if self.len as usize >= SLOT_ACCESSES || self.closed as usize >= SLOT_SAMPLES {
             self.flush(false);
+        }
+    }
+
+    /// A ROI capture's access at `addr`: notes the last store, leaves the ROI at the load of
+    /// its return address, and says whether the access is inside.
+    fn in_roi(&mut self, addr: u64, info: u32) -> bool {
+        let store = decode(info).1 == AccessKind::Store;
+        self.last_access = addr;
+        self.last_was_store = store;
+        if !store && self.roi_return == Some(addr) {
+            // The `ret` that leaves the function the ROI was entered by (not recorded, as a
+            // return counted inside the ROI was not).
+            self.roi_return = None;
+            self.roi_depth = 0;
+        }
+        self.roi_depth > 0
+    }
+
+    /// The thread reaches a ROI function's entry (at the start of a translation block when
+    /// `block_start`).
+    fn roi_enter(&mut self, block_start: bool) {
+        if self.roi_return.is_some() {
+            // Inside already (recursion, or another ROI function called from it).
+            return;
+        }
+        if self.roi_depth == 0 && block_start {
+            // At a function's entry the stack pointer points at its return address, whether
+            // a call or a tail jump led there.
+            if let Some(sp) = sys::guest_stack_pointer(self.vcpu) {
+                self.roi_return = Some(sp);
+                self.roi_depth = 1;
+                return;
+            }
+        }
+        // Without QEMU 7.2's register reader: the return address lies where the call pushed
+        // it, or just above where a jumping function popped its last saved register.
+        let slot = if self.last_was_store {
+            self.last_access
+        } else {
+            self.last_access.wrapping_add(8)
+        };
+        if self.roi_depth == 0 && is_return_slot(slot) {
+            self.roi_return = Some(slot);
+            self.roi_depth = 1;
+            return;
+        }
+        // Entered otherwise (a jump after no pop): count returns inside the ROI.
+        self.roi_depth += 1;
+    }
+
+    /// A `ret` inside a ROI function runs.
+    fn roi_leave(&mut self) {
+        if self.roi_return.is_none() {
+            self.roi_depth = self.roi_depth.saturating_sub(1);
         }
     }
 
@@ -444,18 +509,64 @@ extern "C" fn mem_cb(vcpu: c_uint, info: qemu_plugin_meminfo_t, addr: u64, udata
     }
 }
 
-extern "C" fn roi_enter(vcpu: c_uint, _udata: *mut c_void) {
+/// `udata` is 1 where the entry starts its translation block.
+extern "C" fn roi_enter(vcpu: c_uint, udata: *mut c_void) {
     // SAFETY: instruction callbacks run on the vCPU's own thread.
     if let Some(v) = unsafe { vcpu_state(vcpu) } {
-        v.roi_depth += 1;
+        v.roi_enter(udata as usize == 1);
     }
 }
 
 extern "C" fn roi_leave(vcpu: c_uint, _udata: *mut c_void) {
     // SAFETY: instruction callbacks run on the vCPU's own thread.
     if let Some(v) = unsafe { vcpu_state(vcpu) } {
-        v.roi_depth = v.roi_depth.saturating_sub(1);
+        v.roi_leave();
     }
+}
+
+/// Whether the 8 bytes at `slot` (the thread's last store, read without trusting it) hold a
+/// return address: one that follows a call instruction, as a call's push leaves at a
+/// function's entry (a direct call, to the function or to its PLT stub, or a call through a
+/// pointer).
+fn is_return_slot(slot: u64) -> bool {
+    let mut word = [0u8; 8];
+    if sys::read_own(slot, &mut word) != 8 {
+        return false;
+    }
+    let ret = u64::from_le_bytes(word);
+    let mut code = [0u8; 7];
+    if ret < code.len() as u64 || sys::read_own(ret - code.len() as u64, &mut code) != code.len() {
+        return false;
+    }
+    call_ends_at(&code)
+}
+
+/// Whether `code` (the 7 bytes before a return address) ends with a call: `E8 rel32`, or
+/// `FF /2` with its ModRM, SIB and displacement (a call through a register or memory).
+fn call_ends_at(code: &[u8; 7]) -> bool {
+    if code[2] == 0xE8 {
+        return true;
+    }
+    (2..=7).any(|len| {
+        let at = code.len() - len;
+        if code[at] != 0xFF {
+            return false;
+        }
+        let modrm = code[at + 1];
+        if (modrm >> 3) & 7 != 2 {
+            return false;
+        }
+        let (md, rm) = (modrm >> 6, modrm & 7);
+        let sib = md != 3 && rm == 4;
+        let disp = match md {
+            0 if rm == 5 => 4,
+            0 if sib && at + 2 < code.len() && code[at + 2] & 7 == 5 => 4,
+            1 => 1,
+            2 => 4,
+            _ => 0,
+        };
+        2 + usize::from(sib) + disp == len
+    })
 }
 
 extern "C" fn vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
@@ -481,6 +592,9 @@ extern "C" fn vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
         off: buffer.is_none(),
         roi_gate: p.cfg.roi_mode == RoiMode::Inclusive,
         roi_depth: 0,
+        roi_return: None,
+        last_access: 0,
+        last_was_store: false,
         window: p.cfg.window,
         period: p.cfg.period,
         slot: buffer,
@@ -620,8 +734,8 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
                         qemu_plugin_register_vcpu_insn_exec_cb(
                             insn,
                             roi_enter,
-                            QEMU_PLUGIN_CB_NO_REGS,
-                            ptr::null_mut(),
+                            QEMU_PLUGIN_CB_R_REGS,
+                            usize::from(i == 0) as *mut c_void,
                         )
                     };
                 }
@@ -1434,6 +1548,28 @@ mod tests {
 
     fn args(s: &[&str]) -> Vec<String> {
         s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn the_bytes_before_a_return_address_are_a_call() {
+        let before = |tail: &[u8]| {
+            let mut code = [0x90u8; 7];
+            code[7 - tail.len()..].copy_from_slice(tail);
+            call_ends_at(&code)
+        };
+        // call rel32; call rax; call r11 (REX); call [rip+d32]; call [rax+d8];
+        // call [rsp+d8] (SIB); call [rax*8+d32] (SIB, no base).
+        assert!(before(&[0xE8, 1, 2, 3, 4]));
+        assert!(before(&[0xFF, 0xD0]));
+        assert!(before(&[0x41, 0xFF, 0xD3]));
+        assert!(before(&[0xFF, 0x15, 1, 2, 3, 4]));
+        assert!(before(&[0xFF, 0x50, 8]));
+        assert!(before(&[0xFF, 0x54, 0x24, 8]));
+        assert!(before(&[0xFF, 0x14, 0xC5, 1, 2, 3, 4]));
+        // jmp rax (FF /4), a push, plain data.
+        assert!(!before(&[0xFF, 0xE0]));
+        assert!(!before(&[0x55]));
+        assert!(!before(&[0, 0, 0, 0, 0, 0, 0]));
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct qemu_info_t {
 
 /// `enum qemu_plugin_cb_flags`
 pub const QEMU_PLUGIN_CB_NO_REGS: c_int = 0;
+/// The callback reads guest registers (QEMU writes them back to its CPU state first).
+pub const QEMU_PLUGIN_CB_R_REGS: c_int = 1;
 /// `enum qemu_plugin_mem_rw`
 pub const QEMU_PLUGIN_MEM_RW: c_int = 3;
 
@@ -280,6 +282,90 @@ pub fn keyed_translations() -> Option<&'static KeyedTranslations> {
             }
         })
         .as_ref()
+}
+
+/// GLib's `GByteArray` (the head of `GRealArray`): the bytes and their count.
+#[repr(C)]
+struct GByteArray {
+    data: *mut u8,
+    len: c_uint,
+}
+
+/// Reads a guest thread's stack pointer through QEMU 7.2's gdbstub register reader
+/// (`x86_cpu_gdb_read_register`, register 7 of x86-64's gdb order: rax rbx rcx rdx rsi rdi rbp
+/// rsp), which its binary exports, into a GLib byte array.
+struct RegisterReader {
+    qemu_get_cpu: unsafe extern "C" fn(c_int) -> *mut c_void,
+    read: unsafe extern "C" fn(*mut c_void, *mut GByteArray, c_int) -> c_int,
+    new_array: unsafe extern "C" fn() -> *mut GByteArray,
+    set_size: unsafe extern "C" fn(*mut GByteArray, c_uint) -> *mut GByteArray,
+}
+
+fn register_reader() -> Option<&'static RegisterReader> {
+    static READER: std::sync::OnceLock<Option<RegisterReader>> = std::sync::OnceLock::new();
+    READER
+        .get_or_init(|| {
+            if !qemu_is_7_2() {
+                return None;
+            }
+            // SAFETY: on QEMU 7.2 these symbols are the functions with these signatures
+            // (include/hw/core/cpu.h, target/i386/cpu.h, GLib's garray.h).
+            unsafe {
+                Some(RegisterReader {
+                    qemu_get_cpu: std::mem::transmute::<
+                        *mut c_void,
+                        unsafe extern "C" fn(c_int) -> *mut c_void,
+                    >(qemu_symbol(c"qemu_get_cpu")?),
+                    read: std::mem::transmute::<
+                        *mut c_void,
+                        unsafe extern "C" fn(*mut c_void, *mut GByteArray, c_int) -> c_int,
+                    >(qemu_symbol(c"x86_cpu_gdb_read_register")?),
+                    new_array: std::mem::transmute::<
+                        *mut c_void,
+                        unsafe extern "C" fn() -> *mut GByteArray,
+                    >(qemu_symbol(c"g_byte_array_new")?),
+                    set_size: std::mem::transmute::<
+                        *mut c_void,
+                        unsafe extern "C" fn(*mut GByteArray, c_uint) -> *mut GByteArray,
+                    >(qemu_symbol(c"g_byte_array_set_size")?),
+                })
+            }
+        })
+        .as_ref()
+}
+
+/// vCPU `vcpu`'s guest stack pointer, read on its own thread from an instruction callback at
+/// the start of a translation block (where every guest register is in QEMU's CPU state: TCG
+/// writes them back at the end of each block, and the block has changed none yet). None where
+/// QEMU is not 7.2.
+pub fn guest_stack_pointer(vcpu: u32) -> Option<u64> {
+    const RSP: c_int = 7;
+    thread_local! {
+        static ARRAY: std::cell::Cell<*mut GByteArray> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+    }
+    let r = register_reader()?;
+    // SAFETY: QEMU 7.2's functions, called on the vCPU's own thread (its CPU is not running
+    // guest code meanwhile); the array is this thread's own, made by GLib.
+    unsafe {
+        let cpu = (r.qemu_get_cpu)(vcpu as c_int);
+        if cpu.is_null() {
+            return None;
+        }
+        let mut array = ARRAY.get();
+        if array.is_null() {
+            array = (r.new_array)();
+            ARRAY.set(array);
+        }
+        (r.set_size)(array, 0);
+        let n = (r.read)(cpu, array, RSP);
+        let a = &*array;
+        if n != 8 || a.len != 8 || a.data.is_null() {
+            return None;
+        }
+        let mut b = [0u8; 8];
+        std::ptr::copy_nonoverlapping(a.data, b.as_mut_ptr(), 8);
+        Some(u64::from_le_bytes(b))
+    }
 }
 
 /// Whether the running QEMU is 7.2: its binary holds its version banner.
