@@ -543,25 +543,36 @@ fn roi_ends_where_a_tail_called_function_returns() {
     build_c(&dir, "tail", TAIL_CALLS, &["-O2"]);
     // Before, the ROI counted returns inside `work`, which has none: it never ended, and
     // main's loop and everything after the first call went into the trace.
-    let o = mgbench(
-        &[
-            "capture", "--full", "--roi", "work", "-o", "t.mgbt", "./tail", "100",
-        ],
-        &dir,
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let t = read_trace(&dir.join("t.mgbt"));
-    let mut sym = Symbolizer::new(t.mappings.clone());
-    let mut per_function = std::collections::BTreeMap::<String, u64>::new();
-    for a in t.chunks.iter().flat_map(|c| &c.accesses) {
-        let f = sym.resolve(a.ip).function.unwrap_or_default();
-        *per_function.entry(f).or_default() += 1;
+    for backend in ["qemu", "ptrace"] {
+        let o = mgbench(
+            &[
+                "capture",
+                "--backend",
+                backend,
+                "--full",
+                "--roi",
+                "work",
+                "-o",
+                "t.mgbt",
+                "./tail",
+                "100",
+            ],
+            &dir,
+        );
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let t = read_trace(&dir.join("t.mgbt"));
+        let mut sym = Symbolizer::new(t.mappings.clone());
+        let mut per_function = std::collections::BTreeMap::<String, u64>::new();
+        for a in t.chunks.iter().flat_map(|c| &c.accesses) {
+            let f = sym.resolve(a.ip).function.unwrap_or_default();
+            *per_function.entry(f).or_default() += 1;
+        }
+        // 200 entries (100 by call, 100 by tail jump): work's add (a load and a store) and
+        // helper's 64 loads each; the ret that leaves the ROI is not recorded.
+        let want: std::collections::BTreeMap<String, u64> =
+            [("helper".to_string(), 200 * 64), ("work".to_string(), 400)].into();
+        assert_eq!(per_function, want, "{backend}");
     }
-    // 200 entries (100 by call, 100 by tail jump): work's add (a load and a store) and
-    // helper's 64 loads each; the ret that leaves the ROI is not recorded.
-    let want: std::collections::BTreeMap<String, u64> =
-        [("helper".to_string(), 200 * 64), ("work".to_string(), 400)].into();
-    assert_eq!(per_function, want);
     // Sampled (windows of 64 every 128 of the ROI's accesses): the ROI's accesses only.
     let o = mgbench(
         &[

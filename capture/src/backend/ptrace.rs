@@ -128,7 +128,10 @@ struct ThreadState {
     /// When the thread last went native, and when its pause ends (timed mode).
     native_since: Instant,
     due: Option<Instant>,
+    /// Inside the ROI while 1 (inclusive ROI), until the `ret` that loads `roi_return`.
     roi_depth: u64,
+    /// Where the return address of the ROI's open entry lies (its stack pointer then).
+    roi_return: Option<u64>,
     /// The thread's own CPU mask while it steps on the tracer's CPU (see [`Pin`]).
     restore: Option<CpuMask>,
     /// A call being stepped that the pin concerns, finished at the next stop.
@@ -246,6 +249,7 @@ impl Tracer {
                 native_since: Instant::now(),
                 due: None,
                 roi_depth: 0,
+                roi_return: None,
                 restore: None,
                 pinned_call: None,
                 drains: 0,
@@ -433,8 +437,16 @@ impl Tracer {
         let Some(t) = self.threads.get_mut(&tid) else {
             return Ok(());
         };
-        if starts {
-            t.roi_depth += 1;
+        // The ROI opens at a function's entry, where the stack pointer points at the return
+        // address, and closes at the `ret` that loads it, wherever that runs (a function that
+        // ends in a tail call returns from the function it jumped to). That `ret` is not
+        // recorded; entries while open (recursion) change nothing.
+        if starts && t.roi_return.is_none() {
+            t.roi_return = Some(regs.rsp);
+            t.roi_depth = 1;
+        } else if t.roi_return == Some(regs.rsp) && decoded.as_ref().is_some_and(is_ret) {
+            t.roi_return = None;
+            t.roi_depth = 0;
         }
         let recording = match self.roi {
             Roi::None => true,
@@ -463,9 +475,6 @@ impl Tracer {
             self.progress.set_items(self.writer.bytes_written());
         }
         let t = self.threads.get_mut(&tid).expect("thread present");
-        if self.roi == Roi::Inclusive && in_roi && decoded.as_ref().is_some_and(is_ret) {
-            t.roi_depth = t.roi_depth.saturating_sub(1);
-        }
         // A window steps no longer than half the time the thread ran natively before it.
         // Single steps cost tens of microseconds here, and a window in code with few accesses
         // takes thousands (triad's initialisation loop: 14k steps for 1024 accesses, 1.2 s of
