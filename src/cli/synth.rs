@@ -55,6 +55,10 @@ pub struct SynthOptions {
     /// Keep candidates whose instruction has no symbol.
     #[arg(long)]
     keep_unsymbolized: bool,
+    /// Keep candidates whose every access is in the main thread's stack (pushes, pops and
+    /// locals at varying call depths).
+    #[arg(long)]
+    keep_stack: bool,
     /// Only this thread's accesses (thread ids as in `trace info`).
     #[arg(long, value_parser = non_negative)]
     thread: Option<usize>,
@@ -79,6 +83,7 @@ impl SynthOptions {
             min_unique_distances: self.min_unique_distances,
             oob_distance: self.oob_distance as u64,
             keep_unsymbolized: self.keep_unsymbolized,
+            keep_stack: self.keep_stack,
             thread: self.thread.map(|t| t as u32),
             max_pattern: self.max_pattern,
             allow_damaged: self.allow_damaged,
@@ -121,6 +126,7 @@ fn explain(report: &SynthReport, out: &mut impl Write) -> std::io::Result<()> {
             Verdict::Kept => "kept".to_string(),
             Verdict::Regular => "dropped: regular".to_string(),
             Verdict::Unsymbolized => "dropped: no symbol".to_string(),
+            Verdict::Stack => "dropped: in the stack only".to_string(),
             Verdict::NotInTop { rank, top } => {
                 format!("dropped: rank {rank}, not in the top {top}")
             }

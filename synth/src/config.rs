@@ -18,6 +18,8 @@ pub struct SynthConfig {
     pub oob_distance: u64,
     /// Keep candidates whose instruction has no symbol.
     pub keep_unsymbolized: bool,
+    /// Keep candidates whose every access is in the main thread's stack.
+    pub keep_stack: bool,
     /// Only this thread's accesses.
     pub thread: Option<u32>,
     /// Longest pattern written; longer streams are truncated (and say so).
@@ -40,6 +42,7 @@ impl Default for SynthConfig {
             min_unique_distances: 6,
             oob_distance: 513,
             keep_unsymbolized: false,
+            keep_stack: false,
             thread: None,
             max_pattern: 1 << 20,
             allow_damaged: false,

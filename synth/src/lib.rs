@@ -37,6 +37,7 @@ use mgbench_capture::progress::{CountingReader, Progress};
 use mgbench_capture::symbols::{SourceLocation, Symbolizer};
 use mgbench_capture::trace::{
     Access, AccessKind, Chunk, Damage, Frame, Mapping, SampleHeader, TraceMeta, TraceReader,
+    GUEST_STACK,
 };
 use serde::Serialize;
 
@@ -121,6 +122,9 @@ pub enum Verdict {
         instances: u64,
         min: u64,
     },
+    /// Every access in the main thread's stack (pushes, pops, locals): not a data
+    /// structure's gather or scatter (`--keep-stack` keeps them).
+    Stack,
     /// Filter 5: few unique distances and few far jumps.
     FewDistances {
         unique_distances: usize,
@@ -165,6 +169,7 @@ impl SynthReport {
                 Verdict::Kept => continue,
                 Verdict::Regular => "regular (-1/0/+1 only)",
                 Verdict::Unsymbolized => "no symbol (--keep-unsymbolized keeps them)",
+                Verdict::Stack => "in the stack only (--keep-stack keeps them)",
                 Verdict::NotInTop { .. } => "not in the top N (--top)",
                 Verdict::FewInstances { .. } => "too few instances (--min-instances)",
                 Verdict::FewDistances { .. } => {
@@ -247,14 +252,29 @@ fn for_each_chunk(
     path: &Path,
     cfg: &SynthConfig,
     what: &str,
+    f: impl FnMut(&Chunk),
+) -> Result<PassInfo, SynthError> {
+    for_each_chunk_and_mapping(path, cfg, what, f, |_| {})
+}
+
+/// As [`for_each_chunk`], with each mappings frame given to `on_maps` where it comes (before
+/// the chunks whose accesses it covers).
+fn for_each_chunk_and_mapping(
+    path: &Path,
+    cfg: &SynthConfig,
+    what: &str,
     mut f: impl FnMut(&Chunk),
+    mut on_maps: impl FnMut(&[Mapping]),
 ) -> Result<PassInfo, SynthError> {
     let r = open(path, &cfg.progress, what)?;
     let meta = r.meta().clone();
     let mut maps = Vec::new();
     let damage = read_frames(r, path, cfg.threads, |frame| match frame {
         Frame::Chunk(c) if cfg.thread.is_none_or(|t| t == c.thread) => f(c),
-        Frame::Mappings(m) => maps.extend(m.iter().cloned()),
+        Frame::Mappings(m) => {
+            on_maps(m);
+            maps.extend(m.iter().cloned());
+        }
         _ => {}
     })?;
     Ok((meta, maps, damage))
@@ -337,7 +357,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     // Pass 1: windows over every access, recording likely candidates as it goes.
     // Filter 5 is decided in pass 1 when its threshold is small enough to track exactly.
     let prefilter = cfg.min_unique_distances <= window::MAX_PREFILTER_DISTANCES;
-    let mut windows = Windows::new(cfg.window_rows, cfg.row_bytes)
+    let windows = Windows::new(cfg.window_rows, cfg.row_bytes)
         .with_speculation(
             cfg.max_pattern,
             cfg.oob_distance,
@@ -353,25 +373,42 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
         );
     // The thread and sample window the accesses pushed last belong to.
     let mut at: Option<(u32, u64)> = None;
-    let (meta, mappings, damage) = for_each_chunk(path, cfg, "mining (pass 1)", |c| {
-        for (s, accesses) in samples_of(c) {
-            // An open sample goes on in the thread's next chunk under the same id, skipping
-            // nothing; any other change is a boundary.
-            if at != Some((c.thread, s.id)) || s.skipped_before > 0 {
-                windows.boundary();
+    let windows = std::cell::RefCell::new(windows);
+    let (meta, mappings, damage) = for_each_chunk_and_mapping(
+        path,
+        cfg,
+        "mining (pass 1)",
+        |c| {
+            let mut windows = windows.borrow_mut();
+            for (s, accesses) in samples_of(c) {
+                // An open sample goes on in the thread's next chunk under the same id, skipping
+                // nothing; any other change is a boundary.
+                if at != Some((c.thread, s.id)) || s.skipped_before > 0 {
+                    windows.boundary();
+                }
+                at = Some((c.thread, s.id));
+                for a in accesses {
+                    windows.push(a);
+                }
             }
-            at = Some((c.thread, s.id));
-            for a in accesses {
-                windows.push(a);
+        },
+        |maps| {
+            // The main thread's stack (QEMU's own is listed too, far above the guest's).
+            if let Some(m) = maps
+                .iter()
+                .filter(|m| m.path == GUEST_STACK)
+                .min_by_key(|m| m.start)
+            {
+                windows.borrow_mut().set_stack(m.start, m.end);
             }
-        }
-    })?;
+        },
+    )?;
     let window::Pass1 {
         stats,
         accesses,
         mut spec,
         dists,
-    } = windows.finish();
+    } = windows.into_inner().finish();
     check_read(
         &p,
         damage.as_ref(),
@@ -386,9 +423,19 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     let mut candidates: Vec<(Candidate, &IpStats)> = Vec::new();
     let mut regular = 0u64;
     for st in &stats {
-        for (kind, flagged, instances) in [
-            (PatternKind::Gather, st.gather_windows, st.loads),
-            (PatternKind::Scatter, st.scatter_windows, st.stores),
+        for (kind, flagged, instances, in_stack) in [
+            (
+                PatternKind::Gather,
+                st.gather_windows,
+                st.loads,
+                st.stack_loads,
+            ),
+            (
+                PatternKind::Scatter,
+                st.scatter_windows,
+                st.stores,
+                st.stack_stores,
+            ),
         ] {
             if instances == 0 {
                 continue;
@@ -400,6 +447,8 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             let source = sym.resolve(st.ip);
             let verdict = if source.function.is_none() && !cfg.keep_unsymbolized {
                 Verdict::Unsymbolized
+            } else if in_stack == instances && !cfg.keep_stack {
+                Verdict::Stack
             } else {
                 Verdict::Kept
             };

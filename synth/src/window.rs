@@ -52,6 +52,9 @@ pub struct IpStats {
     pub scatter_windows: u64,
     /// Access size of its first access (element size).
     pub element_size: u8,
+    /// Its loads and stores in the main thread's stack (see [`Windows::set_stack`]).
+    pub stack_loads: u64,
+    pub stack_stores: u64,
 }
 
 /// Most distinct distances [`DistStats`] tracks: filter 5 can be decided in pass 1 when
@@ -148,6 +151,8 @@ impl Window {
 /// nearly always is) and dropped otherwise. A kept recorder is exact from instance 0. At most
 /// `budget` recorders are kept; candidates without one are recorded by pass 2.
 pub struct Windows {
+    /// The main thread's stack: its start and length (0: unknown).
+    stack: (u64, u64),
     rows_per_window: usize,
     row_bytes: usize,
     ids: HashMap<u64, u32, crate::fasthash::Build>,
@@ -191,7 +196,14 @@ impl Windows {
             spec_budget: 0,
             spec_kept: 0,
             epoch: 0,
+            stack: (0, 0),
         }
+    }
+
+    /// The main thread's stack (`start..end`, from the trace's `[stack]` mapping): accesses
+    /// there are counted per instruction (`IpStats::stack_loads`, `stack_stores`).
+    pub fn set_stack(&mut self, start: u64, end: u64) {
+        self.stack = (start, end.saturating_sub(start));
     }
 
     /// Enables speculative recording: patterns capped at `cap`, at most `budget` kept.
@@ -241,13 +253,16 @@ impl Windows {
         self.accesses += 1;
         let id = self.id(a.ip, a.size);
         let st = &mut self.stats[id as usize];
+        let in_stack = u64::from(a.addr.wrapping_sub(self.stack.0) < self.stack.1);
         let (w, first) = match a.kind {
             AccessKind::Load => {
                 st.loads += 1;
+                st.stack_loads += in_stack;
                 (0, st.loads == 1)
             }
             AccessKind::Store => {
                 st.stores += 1;
+                st.stack_stores += in_stack;
                 (1, st.stores == 1)
             }
         };

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use mgbench_capture::trace::{
-    Access, AccessKind, Chunk, EndInfo, Mode, SampleHeader, TraceMeta, TraceWriter,
+    Access, AccessKind, Chunk, EndInfo, Mapping, Mode, SampleHeader, TraceMeta, TraceWriter,
 };
 
 pub fn temp(name: &str) -> PathBuf {
@@ -43,8 +43,16 @@ pub fn store(ip: u64, index: u64) -> Access {
 
 /// Writes `accesses` (thread 0) in chunks of `per_chunk`.
 pub fn write_trace(path: &Path, accesses: &[Access], per_chunk: usize) {
+    write_trace_mapped(path, &[], accesses, per_chunk);
+}
+
+/// As [`write_trace`], with a mappings frame first.
+pub fn write_trace_mapped(path: &Path, maps: &[Mapping], accesses: &[Access], per_chunk: usize) {
     let f = std::fs::File::create(path).unwrap();
     let mut w = TraceWriter::create(f, &meta()).unwrap();
+    if !maps.is_empty() {
+        w.write_mappings(maps).unwrap();
+    }
     for part in accesses.chunks(per_chunk.max(1)) {
         w.write_chunk(&Chunk {
             thread: 0,

@@ -2,7 +2,7 @@
 
 use mgbench_synth::{synthesize, to_spatter_json, PatternKind, SynthConfig, Verdict};
 
-use crate::common::{load, randoms, store, temp, write_trace};
+use crate::common::{load, randoms, store, temp, write_trace, write_trace_mapped};
 
 fn cfg() -> SynthConfig {
     SynthConfig {
@@ -281,4 +281,72 @@ fn thread_selection() {
     .unwrap();
     assert_eq!(one.patterns.len(), 1);
     assert_eq!(one.patterns[0].source.ip, "0x406100");
+}
+
+/// An instruction whose every access is in the main thread's stack (a push at call depths
+/// that vary) is no data structure's scatter: dropped, unless `keep_stack`; the heap gather
+/// beside it is kept.
+#[test]
+fn stack_only_candidates_are_dropped() {
+    use mgbench_capture::trace::{Access, AccessKind, Mapping};
+    let stack = Mapping {
+        start: 0x7000_0000,
+        end: 0x7080_0000,
+        offset: 0,
+        path: "[stack]".into(),
+        perms: "rw-p".into(),
+    };
+    // QEMU's own stack is listed too, far above: the lowest [stack] is the guest's.
+    let host_stack = Mapping {
+        start: 0x7ffc_0000_0000,
+        end: 0x7ffc_0002_1000,
+        path: "[stack]".into(),
+        ..stack.clone()
+    };
+    let depths = randoms(20_000, 4096, 7);
+    let cols = randoms(20_000, 4096, 3);
+    let mut v = Vec::new();
+    for (&d, &c) in depths.iter().zip(&cols) {
+        // push rbp at a depth of d frames of 64 bytes below the stack's top.
+        v.push(Access {
+            ip: 0x402000,
+            addr: stack.end - 8 - 64 * d,
+            size: 8,
+            kind: AccessKind::Store,
+        });
+        v.push(load(0x402010, c));
+    }
+    let path = temp("stack.mgbt");
+    write_trace_mapped(&path, &[stack, host_stack], &v, 4096);
+    let r = synthesize(&path, &cfg()).unwrap();
+    let verdict = |ip: &str| {
+        r.candidates
+            .iter()
+            .find(|c| c.ip == ip)
+            .map(|c| c.verdict.clone())
+    };
+    assert_eq!(
+        verdict("0x402000"),
+        Some(Verdict::Stack),
+        "{:?}",
+        r.candidates
+    );
+    assert_eq!(
+        verdict("0x402010"),
+        Some(Verdict::Kept),
+        "{:?}",
+        r.candidates
+    );
+    assert_eq!(r.patterns.len(), 1);
+    assert!(
+        r.filter_summary().contains("1 in the stack only"),
+        "{}",
+        r.filter_summary()
+    );
+    let keep = SynthConfig {
+        keep_stack: true,
+        ..cfg()
+    };
+    let r = synthesize(&path, &keep).unwrap();
+    assert_eq!(r.patterns.len(), 2, "{:?}", r.candidates);
 }
