@@ -202,16 +202,18 @@ struct Vcpu {
     thread: u32,
     off: bool,
     roi_gate: bool,
-    /// Inside the ROI while > 0: 1 from an entry by a call until the load of its return
-    /// address (`roi_return`), else entries minus returns inside the ROI's functions.
+    /// Inside the ROI while > 0: 1 from an entry until the load of its return address
+    /// (`roi_return`), else (no return address found) entries minus returns inside the ROI's
+    /// functions.
     roi_depth: u64,
-    /// Where the return address of the call that entered the ROI lies: the `ret` that loads
-    /// it leaves the ROI, wherever it runs (a function that ends in a tail call returns from
+    /// Where the return address of the entry that opened the ROI lies (the stack pointer
+    /// there): the `ret` that loads it leaves the ROI, wherever it runs (a function that ends in a tail call returns from
     /// the function it jumped to, never from its own code).
     roi_return: Option<u64>,
-    /// Where the thread's last access went (in a ROI capture), and whether it was a store: at
-    /// a function's entry by a call, the call's push of the return address; by a tail jump,
-    /// often the jumping function's last `pop`, 8 bytes below its return address.
+    /// Where the thread's last access went (in a ROI capture), and whether it was a store:
+    /// where the stack pointer cannot be read, at a function's entry by a call this is the
+    /// call's push of the return address; by a tail jump, often the jumping function's last
+    /// `pop`, 8 bytes below its return address.
     last_access: u64,
     last_was_store: bool,
     window: u64,
@@ -288,8 +290,8 @@ impl Vcpu {
         }
     }
 
-    /// A ROI capture's access at `addr`: notes the last store, leaves the ROI at the load of
-    /// its return address, and says whether the access is inside.
+    /// A ROI capture's access at `addr`: notes it, leaves the ROI at the load of its return
+    /// address, and says whether the access is inside.
     fn in_roi(&mut self, addr: u64, info: u32) -> bool {
         let store = decode(info).1 == AccessKind::Store;
         self.last_access = addr;
@@ -524,8 +526,7 @@ extern "C" fn roi_leave(vcpu: c_uint, _udata: *mut c_void) {
     }
 }
 
-/// Whether the 8 bytes at `slot` (the thread's last store, read without trusting it) hold a
-/// return address: one that follows a call instruction, as a call's push leaves at a
+/// Whether the 8 bytes at `slot` (read without trusting it) hold a return address: one that follows a call instruction, as a call's push leaves at a
 /// function's entry (a direct call, to the function or to its PLT stub, or a call through a
 /// pointer).
 fn is_return_slot(slot: u64) -> bool {
