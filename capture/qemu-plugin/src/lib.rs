@@ -221,8 +221,8 @@ struct Vcpu {
     /// (`roi_return`), else (no return address found) entries minus returns inside the ROI's
     /// functions.
     roi_depth: u64,
-    /// A ROI capture's return-address tracking (apart from what every capture touches).
-    roi: Box<RoiTrack>,
+    /// A ROI capture's return-address tracking.
+    roi: RoiTrack,
     window: u64,
     period: u64,
     /// Where accesses go (`None` only when `off`).
@@ -612,7 +612,7 @@ extern "C" fn vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
         off: buffer.is_none(),
         roi_gate: p.cfg.roi_mode == RoiMode::Inclusive,
         roi_depth: 0,
-        roi: Box::default(),
+        roi: RoiTrack::default(),
         window: p.cfg.window,
         period: p.cfg.period,
         slot: buffer,
