@@ -199,10 +199,13 @@ pub const SWITCH_ENV: &str = "MGBENCH_QEMU_SWITCH";
 /// The size of the guest's main stack (QEMU's `guest_stack_size`: the guest's stack limit, 8
 /// MiB by default); None outside QEMU.
 pub fn guest_stack_size() -> Option<u64> {
-    let p = qemu_symbol(c"guest_stack_size")?;
-    // SAFETY: QEMU's `unsigned long guest_stack_size` (linux-user/main.c), set before the
-    // guest is loaded and not written after.
-    Some(unsafe { *p.cast::<u64>() })
+    static SIZE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *SIZE.get_or_init(|| {
+        let p = qemu_symbol(c"guest_stack_size")?;
+        // SAFETY: QEMU's `unsigned long guest_stack_size` (linux-user/main.c), set before the
+        // guest is loaded and not written after.
+        Some(unsafe { *p.cast::<u64>() })
+    })
 }
 
 /// QEMU 7.2's `LOG_TRACE` bit of `qemu_loglevel` (include/qemu/log.h).
@@ -368,9 +371,11 @@ pub fn guest_stack_pointer(vcpu: u32) -> Option<u64> {
     }
 }
 
-/// Whether the running QEMU is 7.2: its binary holds its version banner.
+/// Whether the running QEMU is 7.2: its binary holds its version banner (read once; the
+/// switches and the register reader both ask).
 fn qemu_is_7_2() -> bool {
-    std::fs::read("/proc/self/exe").is_ok_and(|exe| version_7_2_in(&exe))
+    static IS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *IS.get_or_init(|| std::fs::read("/proc/self/exe").is_ok_and(|exe| version_7_2_in(&exe)))
 }
 
 fn version_7_2_in(exe: &[u8]) -> bool {
