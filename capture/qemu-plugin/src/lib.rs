@@ -1035,10 +1035,11 @@ pub(crate) fn children() -> u64 {
 /// What the trace says about child processes, if there were any.
 fn children_note() -> Option<String> {
     let n = children();
-    (n > 0).then(|| format!(
-        "the program started {n} child process(es) (fork): QEMU runs each in a copy of itself whose accesses are not in this trace; to trace a child's work, capture its program on its own (mgbench capture -- PROGRAM)"
-    ))
+    (n > 0).then(|| {
+        mgbench_capture::trace::children_note(n, mgbench_capture::trace::QEMU_CHILDREN_RAN, true)
+    })
 }
+
 /// x86-64 `exit`: one thread's end (`exit_group` ends them all, with no vCPU removed).
 const EXIT: i64 = 60;
 

@@ -932,15 +932,11 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     }
     let mut w = tr.writer;
     if tr.children > 0 {
-        let n = tr.children;
-        warnings.push(format!(
-            "the program started {n} child process(es) (fork): they ran untraced, and their accesses are not in the trace; to trace a child's work, capture its program on its own (mgbench capture -- PROGRAM ...)"
-        ));
+        const RAN: &str = "they ran untraced";
+        warnings.push(crate::trace::children_note(tr.children, RAN, false));
         if !tr.failed {
-            w.write_note(&format!(
-                "the program started {n} child process(es) (fork): they ran untraced, and their accesses are not in this trace"
-            ))
-            .map_err(out_err)?;
+            w.write_note(&crate::trace::children_note(tr.children, RAN, true))
+                .map_err(out_err)?;
         }
     }
     if let Err(e) = w.flush() {

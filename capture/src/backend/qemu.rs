@@ -309,9 +309,10 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             end.errors = s.errors.clone();
             warnings.extend(s.errors);
             if s.children > 0 {
-                warnings.push(format!(
-                    "the program started {} child process(es) (fork): QEMU runs each in a copy of itself, and their accesses are not in the trace; to trace a child's work, capture its program on its own (mgbench capture -- PROGRAM ...)",
-                    s.children
+                warnings.push(crate::trace::children_note(
+                    s.children,
+                    crate::trace::QEMU_CHILDREN_RAN,
+                    false,
                 ));
             }
             (s.recorded, s.skipped, s.threads)

@@ -160,6 +160,24 @@ impl Mapping {
     }
 }
 
+/// What a capture says of the `n` child processes (fork) its program started: they ran as
+/// `ran` says, outside the trace. The warning names what to do; the trace's note (`for_trace`)
+/// stops at the fact.
+pub fn children_note(n: u64, ran: &str, for_trace: bool) -> String {
+    let fact = format!(
+        "the program started {n} child process(es) (fork): {ran}, and their accesses are not in the trace"
+    );
+    if for_trace {
+        return fact;
+    }
+    format!(
+        "{fact}; to trace a child's work, capture its program on its own (mgbench capture -- PROGRAM ...)"
+    )
+}
+
+/// How a `qemu` capture's children ran (see [`children_note`]).
+pub const QEMU_CHILDREN_RAN: &str = "QEMU ran each in a copy of itself";
+
 /// The name of a main stack's mapping in /proc/PID/maps.
 pub const GUEST_STACK: &str = "[stack]";
 
