@@ -379,30 +379,27 @@ pub fn plan_within(
                 name: c.name.clone(),
                 problem,
             };
-            let mut footprint = None;
-            match config.compact_gaps {
-                Some(bytes) if config.compact_if_needed => {
-                    let f = plan::footprint(&c).map_err(|p| fail(&c, p))?;
-                    let need = f.bytes(config.threads);
-                    match available.filter(|&a| need > u128::from(a)) {
-                        Some(a) => {
-                            let label = format!(
-                                "--compact-gaps-if-needed, as it needed {} and {} is available",
-                                plan::human_bytes(need),
-                                plan::human_bytes(u128::from(a))
-                            );
-                            c.compaction = compact::compact(&mut c, bytes, &label);
-                        }
-                        None => footprint = Some(f),
-                    }
+            if let Some(bytes) = config.compact_gaps {
+                // The flag that asks for compaction here, if it does.
+                let label = if config.compact_if_needed {
+                    let need = plan::footprint(&c)
+                        .map_err(|p| fail(&c, p))?
+                        .bytes(config.threads);
+                    available.filter(|&a| need > u128::from(a)).map(|a| {
+                        format!(
+                            "--compact-gaps-if-needed, as it needed {} and {} is available",
+                            plan::human_bytes(need),
+                            plan::human_bytes(u128::from(a))
+                        )
+                    })
+                } else {
+                    Some("--compact-gaps".to_string())
+                };
+                if let Some(label) = label {
+                    c.compaction = compact::compact(&mut c, bytes, &label);
                 }
-                Some(bytes) => c.compaction = compact::compact(&mut c, bytes, "--compact-gaps"),
-                None => {}
             }
-            let footprint = match footprint {
-                Some(f) => f,
-                None => plan::footprint(&c).map_err(|p| fail(&c, p))?,
-            };
+            let footprint = plan::footprint(&c).map_err(|p| fail(&c, p))?;
             plan::check_memory(&c, &footprint, config.threads, available)
                 .map_err(|p| fail(&c, p))?;
             let racy = !config.atomic && plan::scatter_may_race(&c, config.threads);
