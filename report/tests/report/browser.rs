@@ -81,41 +81,36 @@ fn report_passes_in_a_real_browser_and_planted_defects_fail() {
         "{v:#}"
     );
 
+    // Each planted defect makes the check fail, naming it (every `says` in its problems).
+    let fails = |name: &str, html: &str, says: &[&str]| {
+        let (code, v, _) = check(&write(&dir, name, html));
+        assert_eq!(code, 1, "{name}: {v:#}");
+        let p = v["problems"].to_string();
+        assert!(says.iter().all(|s| p.contains(s)), "{name}: {v:#}");
+    };
     // Planted defect 1: a console error.
     let bad = r.html.replacen(
         "</body>",
         "<script>console.error('planted defect')</script></body>",
         1,
     );
-    let (code, v, _) = check(&write(&dir, "console.html", &bad));
-    assert_eq!(code, 1, "{v:#}");
-    assert!(
-        v["problems"].to_string().contains("planted defect"),
-        "{v:#}"
-    );
+    fails("console.html", &bad, &["planted defect"]);
     // Planted defect 2: an external image.
     let bad = r.html.replacen(
         "<main>",
         "<main><img src=\"http://example.invalid/logo.png\" alt=\"\">",
         1,
     );
-    let (code, v, _) = check(&write(&dir, "external.html", &bad));
-    assert_eq!(code, 1, "{v:#}");
-    assert!(
-        v["problems"].to_string().contains("example.invalid"),
-        "{v:#}"
-    );
+    fails("external.html", &bad, &["example.invalid"]);
     // Planted defect 3: an empty svg where a figure should be.
     let first = crate::common::svgs(&r.html)[0];
     let open_end = first.find('>').unwrap() + 1;
     let emptied = format!("{}</svg>", &first[..open_end]);
     let bad = r.html.replacen(first, &emptied, 1);
-    let (code, v, _) = check(&write(&dir, "empty-svg.html", &bad));
-    assert_eq!(code, 1, "{v:#}");
-    let p = v["problems"].to_string();
-    assert!(
-        p.contains("empty svg") && p.contains("marks drawn but data-n"),
-        "{v:#}"
+    fails(
+        "empty-svg.html",
+        &bad,
+        &["empty svg", "marks drawn but data-n"],
     );
     // Planted defect 4: a tick label drawn over another one.
     let at = first.find("<text class=\"tick\"").unwrap();
@@ -124,11 +119,5 @@ fn report_passes_in_a_real_browser_and_planted_defects_fail() {
     let twin = format!("{}planted-tick</text>", &tick[..text_at]);
     let crowded = first.replacen(tick, &format!("{tick}{twin}"), 1);
     let bad = r.html.replacen(first, &crowded, 1);
-    let (code, v, _) = check(&write(&dir, "overlap.html", &bad));
-    assert_eq!(code, 1, "{v:#}");
-    let p = v["problems"].to_string();
-    assert!(
-        p.contains("labels overlap") && p.contains("planted-tick"),
-        "{v:#}"
-    );
+    fails("overlap.html", &bad, &["labels overlap", "planted-tick"]);
 }
