@@ -55,8 +55,8 @@ pub struct SynthOptions {
     /// Keep candidates whose instruction has no symbol.
     #[arg(long)]
     keep_unsymbolized: bool,
-    /// Keep candidates whose every access is in the main thread's stack (pushes, pops and
-    /// locals at varying call depths).
+    /// Keep candidates whose every access is in the stack of the thread that made it
+    /// (pushes, pops and locals at varying call depths).
     #[arg(long)]
     keep_stack: bool,
     /// Only this thread's accesses (thread ids as in `trace info`).

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use mgbench_capture::progress::Progress;
 use mgbench_capture::symbols::Symbolizer;
-use mgbench_capture::trace::{Chunk, Frame, Mapping, Mode, TraceMeta};
+use mgbench_capture::trace::{self, Chunk, Frame, Mapping, Mode, TraceMeta};
 use serde::{Deserialize, Serialize};
 
 use crate::fasthash;
@@ -165,7 +165,7 @@ pub struct ZoomTreeNode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ZoomSegment {
     pub class: String,
-    /// The mapping's file or name ("[heap]", "[stack]"; empty: anonymous).
+    /// The mapping's file or name ("[heap]", "[stack]", "[thread stack]"; empty: anonymous).
     pub mapping: Option<String>,
     pub accesses: u64,
     pub share: f64,
@@ -198,7 +198,7 @@ fn hex_range(lo: u64, hi: u64) -> String {
 fn classify(m: Option<&Mapping>) -> (&'static str, Option<String>) {
     match m {
         None => ("unmapped", None),
-        Some(m) if m.path == "[stack]" => ("stack", Some(m.path.clone())),
+        Some(m) if trace::is_stack(&m.path) => ("stack", Some(m.path.clone())),
         Some(m) if m.path.is_empty() || m.path == "[heap]" => ("heap", Some(m.path.clone())),
         Some(m) if m.path.starts_with('[') => ("other", Some(m.path.clone())),
         Some(m) => ("static", Some(m.path.clone())),
@@ -245,8 +245,7 @@ fn census_pass(path: &Path, cfg: &ZoomConfig) -> Result<Pass1, SynthError> {
         &meta,
         None,
     )?;
-    mappings.sort_by_key(|m| (m.start, m.end));
-    mappings.dedup_by(|a, b| a.start == b.start && a.end == b.end);
+    let mappings = Mapping::flatten(&mappings);
     Ok(Pass1 {
         meta,
         census,
@@ -256,8 +255,9 @@ fn census_pass(path: &Path, cfg: &ZoomConfig) -> Result<Pass1, SynthError> {
     })
 }
 
+/// The mapping that holds `addr`, in mappings without overlaps (see [`Mapping::flatten`]).
 fn mapping_at(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
-    maps.iter().rev().find(|m| m.start <= addr && addr < m.end)
+    maps.iter().find(|m| m.start <= addr && addr < m.end)
 }
 
 fn tree_node(n: &ZoomNode, parent: u64) -> ZoomTreeNode {

@@ -18,7 +18,7 @@ pub struct SynthConfig {
     pub oob_distance: u64,
     /// Keep candidates whose instruction has no symbol.
     pub keep_unsymbolized: bool,
-    /// Keep candidates whose every access is in the main thread's stack.
+    /// Keep candidates whose every access is in the stack of the thread that made it.
     pub keep_stack: bool,
     /// Only this thread's accesses.
     pub thread: Option<u32>,

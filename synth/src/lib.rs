@@ -37,7 +37,6 @@ use mgbench_capture::progress::{CountingReader, Progress};
 use mgbench_capture::symbols::{SourceLocation, Symbolizer};
 use mgbench_capture::trace::{
     Access, AccessKind, Chunk, Damage, Frame, Mapping, SampleHeader, TraceMeta, TraceReader,
-    GUEST_STACK,
 };
 use serde::Serialize;
 
@@ -122,7 +121,7 @@ pub enum Verdict {
         instances: u64,
         min: u64,
     },
-    /// Every access in the main thread's stack (pushes, pops, locals): not a data
+    /// Every access in its own thread's stack (pushes, pops, locals): not a data
     /// structure's gather or scatter (`--keep-stack` keeps them).
     Stack,
     /// Filter 5: few unique distances and few far jumps.
@@ -374,12 +373,14 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     // The thread and sample window the accesses pushed last belong to.
     let mut at: Option<(u32, u64)> = None;
     let windows = std::cell::RefCell::new(windows);
+    let stacks = std::cell::RefCell::new(window::Stacks::default());
     let (meta, mappings, damage) = for_each_chunk_and_mapping(
         path,
         cfg,
         "mining (pass 1)",
         |c| {
             let mut windows = windows.borrow_mut();
+            windows.set_stack(stacks.borrow_mut().of(c.thread, &c.accesses));
             for (s, accesses) in samples_of(c) {
                 // An open sample goes on in the thread's next chunk under the same id, skipping
                 // nothing; any other change is a boundary.
@@ -392,16 +393,8 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
                 }
             }
         },
-        |maps| {
-            // The main thread's stack (QEMU's own is listed too, far above the guest's).
-            if let Some(m) = maps
-                .iter()
-                .filter(|m| m.path == GUEST_STACK)
-                .min_by_key(|m| m.start)
-            {
-                windows.borrow_mut().set_stack(m.start, m.end);
-            }
-        },
+        // (QEMU's own stack is among them, far above the guest's: its accesses are not.)
+        |maps| stacks.borrow_mut().add(maps),
     )?;
     let window::Pass1 {
         stats,

@@ -52,7 +52,8 @@ pub struct IpStats {
     pub scatter_windows: u64,
     /// Access size of its first access (element size).
     pub element_size: u8,
-    /// Its loads and stores in the main thread's stack (see [`Windows::set_stack`]).
+    /// Its loads and stores in the stack of the thread that made them (see
+    /// [`Windows::set_stack`]).
     pub stack_loads: u64,
     pub stack_stores: u64,
 }
@@ -151,7 +152,7 @@ impl Window {
 /// nearly always is) and dropped otherwise. A kept recorder is exact from instance 0. At most
 /// `budget` recorders are kept; candidates without one are recorded by pass 2.
 pub struct Windows {
-    /// The main thread's stack: its start and length (0: unknown).
+    /// The stack of the thread whose accesses come now: its start and length (0: unknown).
     stack: (u64, u64),
     rows_per_window: usize,
     row_bytes: usize,
@@ -200,9 +201,9 @@ impl Windows {
         }
     }
 
-    /// The main thread's stack (`start..end`, from the trace's `[stack]` mapping): accesses
-    /// there are counted per instruction (`IpStats::stack_loads`, `stack_stores`).
-    pub fn set_stack(&mut self, start: u64, end: u64) {
+    /// The stack of the thread whose accesses come next (`start..end`, see [`Stacks`]):
+    /// accesses there are counted per instruction (`IpStats::stack_loads`, `stack_stores`).
+    pub fn set_stack(&mut self, (start, end): (u64, u64)) {
         self.stack = (start, end.saturating_sub(start));
     }
 
@@ -484,5 +485,72 @@ mod tests {
         assert_eq!(stats[0].gather_windows, 1);
         assert_eq!(stats[1].gather_windows, 0);
         assert_eq!(stats[2].gather_windows, 1);
+    }
+}
+
+/// The stacks of a trace's threads (the mappings named `[stack]` and `[thread stack]`), and
+/// which one each thread uses: accesses to a thread's own stack are counted for the stack
+/// filter with one comparison each (see [`Windows::set_stack`]).
+#[derive(Debug, Default)]
+pub struct Stacks {
+    /// Start and end, in address order.
+    ranges: Vec<(u64, u64)>,
+    /// The stack each thread used last.
+    of_thread: HashMap<u32, (u64, u64)>,
+}
+
+impl Stacks {
+    /// Accesses of a chunk looked at to tell which stack is its thread's.
+    const PROBE: usize = 256;
+
+    /// Adds the stacks among `maps` (a mappings frame).
+    pub fn add(&mut self, maps: &[mgbench_capture::trace::Mapping]) {
+        let new = maps
+            .iter()
+            .filter(|m| mgbench_capture::trace::is_stack(&m.path))
+            .map(|m| (m.start, m.end));
+        self.ranges.extend(new);
+        self.ranges.sort_unstable();
+        // Copies of one stack that grew overlap: one range. (Stacks of different threads
+        // never do: a guard page lies between them.)
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.ranges.len());
+        for &(s, e) in &self.ranges {
+            match merged.last_mut() {
+                Some(last) if s < last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        self.ranges = merged;
+    }
+
+    /// The stack of the thread that made `accesses` (one chunk): the stack that most of its
+    /// first accesses in any stack fall in, or, where none does, the one that thread used
+    /// last ((0, 0): none known). A thread's stack is found anew in each chunk, since
+    /// captures may give a new thread the number of one that ended.
+    pub fn of(&mut self, thread: u32, accesses: &[Access]) -> (u64, u64) {
+        if self.ranges.is_empty() {
+            return (0, 0);
+        }
+        let mut hits: Vec<((u64, u64), u32)> = Vec::new();
+        for a in accesses.iter().take(Self::PROBE) {
+            let i = self.ranges.partition_point(|&(s, _)| s <= a.addr);
+            let Some(&r) = i.checked_sub(1).map(|i| &self.ranges[i]) else {
+                continue;
+            };
+            if a.addr >= r.1 {
+                continue;
+            }
+            match hits.iter_mut().find(|(h, _)| *h == r) {
+                Some((_, n)) => *n += 1,
+                None => hits.push((r, 1)),
+            }
+        }
+        match hits.iter().max_by_key(|&&(_, n)| n) {
+            Some(&(r, _)) => {
+                self.of_thread.insert(thread, r);
+                r
+            }
+            None => self.of_thread.get(&thread).copied().unwrap_or((0, 0)),
+        }
     }
 }

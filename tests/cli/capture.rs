@@ -689,6 +689,70 @@ fn threads_get_their_own_streams() {
     assert_eq!(got, blocks);
 }
 
+/// The kernel names only the main thread's stack: both backends name each other thread's
+/// `[thread stack]` (from its first stack pointer), which each worker uses, and only it.
+#[test]
+fn thread_stacks_are_named() {
+    if !need_qemu("multi-threaded capture") {
+        return;
+    }
+    let dir = temp_dir("thread-stacks");
+    let run = ["--threads=2", "--rows=600", "--nnz=4", "--iters=2"];
+    for backend in ["qemu", "ptrace"] {
+        let out = format!("{backend}.mgbt");
+        let mut args = vec!["capture", "--backend", backend, "-o", &out];
+        if backend == "qemu" {
+            args.push("--full");
+        }
+        let prog = app("spmv");
+        args.push(&prog);
+        args.extend(run);
+        let o = mgbench(&args, &dir);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let t = read_trace(&dir.join(&out));
+        let flat = Mapping::flatten(&t.mappings);
+        let stacks: Vec<(u64, u64)> = flat
+            .iter()
+            .filter(|m| m.path == "[thread stack]")
+            .map(|m| (m.start, m.end))
+            .collect();
+        assert_eq!(stacks.len(), 2, "{backend}: {flat:#?}");
+        // Up to the page of the first stack pointer: 8 MiB (glibc's default) or just under.
+        for &(s, e) in &stacks {
+            assert_eq!(e % 4096, 0);
+            assert!((7 << 20..=8 << 20).contains(&(e - s)), "{:#x}", e - s);
+        }
+        if backend != "qemu" {
+            continue;
+        }
+        // Every access: each stack is a worker's, which pushes and pops there and in no
+        // other (the creating thread sets a new stack's lowest bytes up, a few accesses).
+        let mut used: BTreeMap<(u64, u64), BTreeMap<u32, u64>> = BTreeMap::new();
+        for c in &t.chunks {
+            for a in &c.accesses {
+                if let Some(&r) = stacks.iter().find(|&&(s, e)| s <= a.addr && a.addr < e) {
+                    *used.entry(r).or_default().entry(c.thread).or_default() += 1;
+                }
+            }
+        }
+        let owners: Vec<u32> = used
+            .values()
+            .map(|by| {
+                let total: u64 = by.values().sum();
+                let (&owner, &n) = by.iter().max_by_key(|&(_, &n)| n).unwrap();
+                assert!(n * 10 > total * 9, "{used:?}");
+                owner
+            })
+            .collect();
+        assert_eq!(owners.len(), 2, "{used:?}");
+        assert_ne!(owners[0], owners[1], "{used:?}");
+        for o in &owners {
+            let touched = used.values().filter(|by| by.contains_key(o)).count();
+            assert_eq!(touched, 1, "thread {o}: {used:?}");
+        }
+    }
+}
+
 fn write_exe(path: &Path, contents: &[u8]) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, contents).unwrap();

@@ -974,6 +974,11 @@ fn note_mappings(p: &Plugin, vaddr: u64) {
 extern "C" fn syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
     fds::after_syscall(vcpu, num, ret);
     clone_returned(num, ret);
+    // The new thread sees 0 (and its own copy of the value, 0 too).
+    let sp = NEW_STACK.with(|s| s.take());
+    if sp != 0 && ret > 0 {
+        name_thread_stack(plugin(), sp);
+    }
     // x86-64 system call numbers.
     const MMAP: i64 = 9;
     const BRK: i64 = 12;
@@ -1003,6 +1008,44 @@ thread_local! {
     /// The calling thread's pending `clone`/`fork` makes a process (set at the call's entry,
     /// taken at its return).
     static FORKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The stack pointer that the calling thread's pending `clone` gives the new thread (0:
+    /// none, or it makes a process), taken at the call's return to name the thread's stack.
+    static NEW_STACK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The stack pointer a thread-creating `clone` (its second argument) or `clone3` (the end of
+/// the stack its argument points to: `stack` and `stack_size`, the sixth and seventh fields)
+/// starts the new thread with; 0 where the call does not say.
+fn new_thread_stack_pointer(num: i64, a1: u64, a2: u64) -> u64 {
+    match num {
+        CLONE => a2,
+        CLONE3 => {
+            let mut b = [0u8; 16];
+            if sys::read_own(a1 + 40, &mut b) != 16 {
+                return 0;
+            }
+            let stack = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
+            let size = u64::from_le_bytes(b[8..].try_into().unwrap_or_default());
+            if stack == 0 {
+                0
+            } else {
+                stack.wrapping_add(size)
+            }
+        }
+        _ => 0,
+    }
+}
+
+/// Sends the mapping of a new thread's stack, named `[thread stack]`, so that analyses
+/// class it as a stack (the kernel names only the main thread's).
+fn name_thread_stack(p: &Plugin, sp: u64) {
+    let Some(stack) = Mapping::thread_stack(&read_proc_maps(), sp) else {
+        return;
+    };
+    if let Ok(mut known) = p.maps.lock() {
+        known.push((stack.start, stack.end));
+    }
+    let _ = p.tx.send(Msg::Mappings(vec![stack]));
 }
 
 /// Whether system call `num` with first argument `a1` makes a new process rather than a
@@ -1084,7 +1127,11 @@ extern "C" fn syscall_entry<const LIVE_RDX: bool>(
     _a8: u64,
 ) {
     if matches!(num, CLONE | CLONE3 | FORK | VFORK) {
-        FORKING.with(|f| f.set(makes_process(num, a1)));
+        let process = makes_process(num, a1);
+        FORKING.with(|f| f.set(process));
+        if !LIVE_RDX && !process {
+            NEW_STACK.with(|s| s.set(new_thread_stack_pointer(num, a1, a2)));
+        }
     }
     if matches!(num, CLONE | CLONE3) {
         switch::clone_starts();

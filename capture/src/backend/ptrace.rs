@@ -138,6 +138,8 @@ struct ThreadState {
     pinned_call: Option<PinnedCall>,
     /// Times resumed while detaching, to take a queued SIGTRAP (see [`Tracer::detach`]).
     drains: u8,
+    /// Its stack was looked for, at its first stop (see [`Tracer::name_thread_stack`]).
+    stack_named: bool,
 }
 
 /// System calls that would let the program see mgbench's pin (see [`Pin`]), made while it
@@ -253,6 +255,7 @@ impl Tracer {
                 restore: None,
                 pinned_call: None,
                 drains: 0,
+                stack_named: false,
             },
         );
         self.pin(tid);
@@ -362,6 +365,26 @@ impl Tracer {
             if CpuMask::of(tid.as_raw()) == Some(p.only) {
                 own.apply(tid.as_raw());
             }
+        }
+    }
+
+    /// Writes the mapping of a new thread's stack, named `[thread stack]` (the kernel names
+    /// only the main thread's), from its stack pointer at its first stop, so that analyses
+    /// class it as a stack. The main thread's has its kernel name: it is left alone.
+    fn name_thread_stack(&mut self, tid: Pid) {
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        t.stack_named = true;
+        let Ok(regs) = ptrace::getregs(tid) else {
+            return;
+        };
+        let Some(stack) = Mapping::thread_stack(&read_maps(self.leader), regs.rsp) else {
+            return;
+        };
+        self.known_maps.push((stack.start, stack.end));
+        if let Err(e) = self.writer.write_mappings(&[stack]) {
+            self.errors.push(format!("cannot write mappings: {e}"));
         }
     }
 
@@ -851,6 +874,9 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                             continue;
                         }
                         tr.add_thread(tid);
+                    }
+                    if tr.threads.get(&tid).is_some_and(|t| !t.stack_named) {
+                        tr.name_thread_stack(tid);
                     }
                     let stepped = if tr.threads.get(&tid).is_some_and(|t| t.native) {
                         tr.begin_window(tid)

@@ -158,6 +158,94 @@ impl Mapping {
         maps[i].path = GUEST_STACK.to_string();
         true
     }
+
+    /// The stack of a thread that starts with stack pointer `sp`, named [`THREAD_STACK`]:
+    /// the anonymous read-write mapping that holds the bytes just below `sp`, from its start
+    /// (its guard page, inaccessible, lies at once below: the stack's end, and what keeps the
+    /// kernel from merging the stack with older memory there) to the page that holds `sp`.
+    /// What lies above `sp` (the thread's TLS and descriptor, or memory merged into the
+    /// mapping) is not named. `None` where no such guarded mapping holds `sp - 1`.
+    pub fn thread_stack(maps: &[Mapping], sp: u64) -> Option<Mapping> {
+        const PAGE: u64 = 4096;
+        let below = sp.checked_sub(1)?;
+        let i = maps
+            .iter()
+            .position(|m| m.start <= below && below < m.end)?;
+        let (m, guard) = (&maps[i], maps.get(i.checked_sub(1)?)?);
+        let guarded =
+            guard.path.is_empty() && guard.perms.starts_with("---") && guard.end == m.start;
+        if !(guarded && m.path.is_empty() && m.perms.starts_with("rw")) {
+            return None;
+        }
+        Some(Mapping {
+            end: ((below / PAGE + 1) * PAGE).min(m.end),
+            path: THREAD_STACK.to_string(),
+            ..m.clone()
+        })
+    }
+}
+
+impl Mapping {
+    /// The union of mappings frames as one list without overlaps, in address order: a trace
+    /// holds a mapping again when it changed (a heap that grew) or when the capture named
+    /// part of it (a thread's stack inside anonymous memory). Where mappings overlap, the
+    /// narrowest holds the bytes (of copies of one range, the latest); a mapping cut in pieces
+    /// by a narrower one keeps its name in each, with offsets that follow, and pieces of the
+    /// same memory that touch are one.
+    pub fn flatten(maps: &[Mapping]) -> Vec<Mapping> {
+        let mut maps: Vec<&Mapping> = maps.iter().filter(|m| m.start < m.end).collect();
+        // Later copies first, so that the stable sort and dedup keep the latest of equals.
+        maps.reverse();
+        maps.sort_by_key(|m| (m.start, m.end));
+        maps.dedup_by(|a, b| a.start == b.start && a.end == b.end);
+        let mut bounds: Vec<u64> = maps.iter().flat_map(|m| [m.start, m.end]).collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        let mut out: Vec<Mapping> = Vec::new();
+        let mut first = 0;
+        for w in bounds.windows(2) {
+            let (lo, hi) = (w[0], w[1]);
+            // Mappings sorted by start: those starting at or before lo; skip the ones ended.
+            while first < maps.len() && maps[first].end <= lo {
+                first += 1;
+            }
+            let owner = maps[first..]
+                .iter()
+                .enumerate()
+                .take_while(|(_, m)| m.start <= lo)
+                .filter(|(_, m)| hi <= m.end)
+                .min_by_key(|(_, m)| m.end - m.start)
+                .map(|(i, _)| first + i);
+            let Some(m) = owner.map(|i| maps[i]) else {
+                continue;
+            };
+            let offset = m.offset + (lo - m.start);
+            // The same memory goes on (one mapping, or two copies of a grown one): one piece.
+            match out.last_mut() {
+                Some(last)
+                    if last.end == lo
+                        && last.path == m.path
+                        && last.perms == m.perms
+                        && last.offset + (lo - last.start) == offset =>
+                {
+                    last.end = hi
+                }
+                _ => out.push(Mapping {
+                    start: lo,
+                    end: hi,
+                    offset,
+                    ..m.clone()
+                }),
+            }
+        }
+        out
+    }
+}
+
+/// Whether a mapping named `path` is a stack: the main thread's ([`GUEST_STACK`], as the
+/// kernel names it) or another thread's ([`THREAD_STACK`], named by the capture).
+pub fn is_stack(path: &str) -> bool {
+    path == GUEST_STACK || path == THREAD_STACK
 }
 
 /// What a capture says of the `n` child processes (fork) its program started: they ran as
@@ -180,6 +268,10 @@ pub const QEMU_CHILDREN_RAN: &str = "QEMU ran each in a copy of itself";
 
 /// The name of a main stack's mapping in /proc/PID/maps.
 pub const GUEST_STACK: &str = "[stack]";
+
+/// The name a capture gives a thread's stack (the kernel names none): see
+/// [`Mapping::thread_stack`].
+pub const THREAD_STACK: &str = "[thread stack]";
 
 /// How accesses were chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -323,5 +415,67 @@ not a mapping line\n";
         let mut m = Mapping::parse_proc_maps(QEMU_MAPS);
         assert!(!Mapping::name_qemu_guest_stack(&mut m, 16 << 20));
         assert_eq!(m, Mapping::parse_proc_maps(QEMU_MAPS));
+    }
+
+    #[test]
+    fn a_thread_stack_runs_from_its_guard_to_the_page_of_its_first_stack_pointer() {
+        let m = Mapping::parse_proc_maps(QEMU_MAPS);
+        // glibc's layout: the descriptor and TLS above the first stack pointer stay unnamed.
+        let t = Mapping::thread_stack(&m, 0x4003224f40).expect("a guarded stack");
+        assert_eq!(
+            (t.start, t.end, t.path.as_str(), t.perms.as_str()),
+            (0x4002a26000, 0x4003225000, super::THREAD_STACK, "rw-p")
+        );
+        // A page-aligned stack pointer: the stack ends there.
+        let t = Mapping::thread_stack(&m, 0x4003225000).unwrap();
+        assert_eq!(t.end, 0x4003225000);
+        // A stack pointer at the mapping's very end.
+        let t = Mapping::thread_stack(&m, 0x4003226000).unwrap();
+        assert_eq!(t.end, 0x4003226000);
+        // No guard below (the heap), a file, nothing mapped, no stack pointer: no stack.
+        assert_eq!(Mapping::thread_stack(&m, 0x400002b000), None);
+        assert_eq!(Mapping::thread_stack(&m, 0x4000008000), None);
+        assert_eq!(Mapping::thread_stack(&m, 0x5000000000), None);
+        assert_eq!(Mapping::thread_stack(&m, 0), None);
+        assert!(super::is_stack(super::THREAD_STACK) && super::is_stack(super::GUEST_STACK));
+        assert!(!super::is_stack("") && !super::is_stack("[heap]"));
+    }
+
+    #[test]
+    fn flattened_mappings_give_each_byte_to_the_narrowest() {
+        let map = |start: u64, end: u64, offset: u64, path: &str| Mapping {
+            start,
+            end,
+            offset,
+            path: path.into(),
+            perms: "rw-p".into(),
+        };
+        let maps = [
+            map(0x1000, 0x9000, 0, ""),
+            map(0x20000, 0x30000, 0x5000, "/lib/a.so"),
+            // The heap grew; a thread's stack named inside anonymous memory; the same range
+            // again under a new name (the latest wins); a copy of a range.
+            map(0x40000, 0x41000, 0, "[heap]"),
+            map(0x40000, 0x48000, 0, "[heap]"),
+            map(0x3000, 0x6000, 0, super::THREAD_STACK),
+            map(0x20000, 0x30000, 0x5000, "/lib/b.so"),
+            map(0x1000, 0x9000, 0, ""),
+        ];
+        let flat = Mapping::flatten(&maps);
+        let got: Vec<(u64, u64, u64, &str)> = flat
+            .iter()
+            .map(|m| (m.start, m.end, m.offset, m.path.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0x1000, 0x3000, 0, ""),
+                (0x3000, 0x6000, 0, super::THREAD_STACK),
+                (0x6000, 0x9000, 0x5000, ""),
+                (0x20000, 0x30000, 0x5000, "/lib/b.so"),
+                (0x40000, 0x48000, 0, "[heap]"),
+            ]
+        );
+        assert!(Mapping::flatten(&[]).is_empty());
     }
 }

@@ -48,14 +48,23 @@ pub fn write_trace(path: &Path, accesses: &[Access], per_chunk: usize) {
 
 /// As [`write_trace`], with a mappings frame first.
 pub fn write_trace_mapped(path: &Path, maps: &[Mapping], accesses: &[Access], per_chunk: usize) {
+    let chunks: Vec<(u32, &[Access])> = accesses
+        .chunks(per_chunk.max(1))
+        .map(|part| (0, part))
+        .collect();
+    write_trace_threads(path, maps, &chunks);
+}
+
+/// A full trace of chunks of the given threads, in this order, after one mappings frame.
+pub fn write_trace_threads(path: &Path, maps: &[Mapping], chunks: &[(u32, &[Access])]) {
     let f = std::fs::File::create(path).unwrap();
     let mut w = TraceWriter::create(f, &meta()).unwrap();
     if !maps.is_empty() {
         w.write_mappings(maps).unwrap();
     }
-    for part in accesses.chunks(per_chunk.max(1)) {
+    for &(thread, part) in chunks {
         w.write_chunk(&Chunk {
-            thread: 0,
+            thread,
             samples: vec![SampleHeader {
                 id: 0,
                 skipped_before: 0,

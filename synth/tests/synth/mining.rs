@@ -2,7 +2,9 @@
 
 use mgbench_synth::{synthesize, to_spatter_json, PatternKind, SynthConfig, Verdict};
 
-use crate::common::{load, randoms, store, temp, write_trace, write_trace_mapped};
+use crate::common::{
+    load, randoms, store, temp, write_trace, write_trace_mapped, write_trace_threads,
+};
 
 fn cfg() -> SynthConfig {
     SynthConfig {
@@ -349,4 +351,90 @@ fn stack_only_candidates_are_dropped() {
     };
     let r = synthesize(&path, &keep).unwrap();
     assert_eq!(r.patterns.len(), 2, "{:?}", r.candidates);
+}
+
+/// Other threads' stacks count too: a capture names each `[thread stack]` inside the
+/// anonymous memory that holds it (its TLS above stays anonymous). The same push, run by two
+/// threads on their own stacks, is dropped; a gather from the memory above the thread's
+/// stack, and one from the other thread's stack (a shared local), are kept.
+#[test]
+fn thread_stacks_count_as_stacks() {
+    use mgbench_capture::trace::{Access, AccessKind, Mapping};
+    let main = Mapping {
+        start: 0x7000_0000,
+        end: 0x7080_0000,
+        offset: 0,
+        path: "[stack]".into(),
+        perms: "rw-p".into(),
+    };
+    let anon = Mapping {
+        start: 0x5000_1000,
+        end: 0x5080_0000,
+        path: String::new(),
+        ..main.clone()
+    };
+    let thread = Mapping {
+        end: 0x507f_0000,
+        path: "[thread stack]".into(),
+        ..anon.clone()
+    };
+    let depths = randoms(20_000, 4096, 7);
+    let cols = randoms(20_000, 4096, 3);
+    let push = |top: u64, d: u64| Access {
+        ip: 0x402000,
+        addr: top - 8 - 64 * d,
+        size: 8,
+        kind: AccessKind::Store,
+    };
+    let (mut t0, mut t1) = (Vec::new(), Vec::new());
+    for (&d, &c) in depths.iter().zip(&cols) {
+        t0.push(push(main.end, d));
+        t1.push(push(thread.end, d));
+        // Above the thread's stack (TLS, anonymous), and in the main thread's stack.
+        t1.push(Access {
+            ip: 0x402010,
+            addr: thread.end + 8 * c,
+            size: 8,
+            kind: AccessKind::Load,
+        });
+        t1.push(Access {
+            ip: 0x402020,
+            addr: main.start + 64 * c,
+            size: 8,
+            kind: AccessKind::Load,
+        });
+    }
+    let mut chunks = Vec::new();
+    for (a, b) in t0.chunks(4096).zip(t1.chunks(4096 * 3)) {
+        chunks.push((0, a));
+        chunks.push((1, b));
+    }
+    let path = temp("thread-stack.mgbt");
+    // The anonymous memory, then its named part (both are in a capture's mappings).
+    write_trace_threads(&path, &[main, anon, thread], &chunks);
+    let r = synthesize(&path, &cfg()).unwrap();
+    let verdict = |ip: &str| {
+        r.candidates
+            .iter()
+            .find(|c| c.ip == ip)
+            .map(|c| c.verdict.clone())
+    };
+    assert_eq!(
+        verdict("0x402000"),
+        Some(Verdict::Stack),
+        "{:?}",
+        r.candidates
+    );
+    assert_eq!(
+        verdict("0x402010"),
+        Some(Verdict::Kept),
+        "{:?}",
+        r.candidates
+    );
+    assert_eq!(
+        verdict("0x402020"),
+        Some(Verdict::Kept),
+        "{:?}",
+        r.candidates
+    );
 }
