@@ -1399,9 +1399,10 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     }
     if switch::resets() > 0 {
         let _ = p.tx.send(Msg::Note(format!(
-            "switched sampling: {} switches of instrumentation ({} in place, the others by flushing every translation){}",
+            "switched sampling: {} switches of instrumentation ({} in place, {} by flushing every translation){}",
             switch::resets(),
             switch::switches_in_place(),
+            switch::resets().saturating_sub(switch::switches_in_place()),
             if switch::enabled() {
                 ""
             } else {
