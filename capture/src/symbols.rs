@@ -65,10 +65,15 @@ pub struct ElfImage {
     pub functions: Vec<FunctionSymbol>,
 }
 
-/// A symbol's readable name: Rust and C++ names demangled, anything else as it is. Only names
+/// A symbol's readable name: Rust and C++ names demangled, anything else as it is, without a
+/// symbol version (`pthread_mutex_lock@@GLIBC_2.2.5` in a debug file's table). Only names
 /// with a mangling prefix (`_Z`, `_R`) are demangled: a demangler also reads bare type codes,
 /// so a C function named `h` or `i` would come out as "unsigned char" or "int".
 pub fn demangle(name: &str) -> String {
+    let name = match name.find('@') {
+        Some(at) if at > 0 => &name[..at],
+        _ => name,
+    };
     if !(name.starts_with("_Z") || name.starts_with("_R")) {
         return name.to_string();
     }
@@ -108,9 +113,19 @@ impl ElfImage {
                 arch: format!("{:?}", file.architecture()),
             });
         }
+        // A stripped program's full symbol table may be in a separate debug file.
+        let stripped = file.symbols().next().is_none();
+        let debug_data = stripped
+            .then(|| debug_file(path, &file))
+            .flatten()
+            .and_then(|d| std::fs::read(d).ok());
+        let debug = debug_data
+            .as_deref()
+            .and_then(|d| object::File::parse(d).ok());
         let mut functions: Vec<FunctionSymbol> = file
             .symbols()
             .chain(file.dynamic_symbols())
+            .chain(debug.iter().flat_map(|d| d.symbols()))
             .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
             .filter_map(|s| {
                 let raw = s.name().ok()?.to_string();
@@ -310,8 +325,55 @@ fn load_object(path: &Path) -> Option<LoadedObject> {
             (off, size, s.address())
         })
         .collect();
-    let loader = addr2line::Loader::new(path).ok()?;
+    // Symbols and lines from the separate debug file where there is one (it has the same
+    // addresses, and the functions a stripped file's dynamic symbols leave out).
+    let loader = debug_file(path, &file)
+        .and_then(|d| addr2line::Loader::new(d).ok())
+        .or_else(|| addr2line::Loader::new(path).ok())?;
     Some(LoadedObject { loader, segments })
+}
+
+/// Where distributions install separate debug files (Debian's `-dbg` and `-dbgsym` packages:
+/// `libc6-dbg` for the C library).
+const DEBUG_ROOT: &str = "/usr/lib/debug";
+
+/// The separate debug file of the ELF file at `path`, as gdb finds it: by build ID under
+/// `/usr/lib/debug/.build-id/`, or by the name in its `.gnu_debuglink` section, next to it,
+/// in `.debug/` beside it, or under `/usr/lib/debug` and its directory. A file found by name
+/// whose build ID differs from the file's (a debug file of another build) is not taken.
+pub fn debug_file(path: &Path, file: &object::File) -> Option<PathBuf> {
+    let id = file.build_id().ok().flatten().filter(|id| id.len() > 1);
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    if let Some(id) = id {
+        let by_id = Path::new(DEBUG_ROOT)
+            .join(".build-id")
+            .join(hex(&id[..1]))
+            .join(format!("{}.debug", hex(&id[1..])));
+        if by_id.is_file() {
+            return Some(by_id);
+        }
+    }
+    let mut candidates = Vec::new();
+    if let Ok(Some((name, _crc))) = file.gnu_debuglink() {
+        let name = Path::new(std::str::from_utf8(name).ok()?);
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        candidates.push(dir.join(name));
+        candidates.push(dir.join(".debug").join(name));
+        candidates.push(
+            Path::new(DEBUG_ROOT)
+                .join(dir.strip_prefix("/").unwrap_or(dir))
+                .join(name),
+        );
+    }
+    candidates.into_iter().find(|c| {
+        c.as_path() != path
+            && std::fs::read(c).ok().is_some_and(|data| {
+                object::File::parse(&*data).is_ok_and(|d| {
+                    let theirs = d.build_id().ok().flatten();
+                    id.is_none() || theirs.is_none() || theirs == id
+                })
+            })
+    })
 }
 
 #[cfg(test)]
@@ -334,6 +396,11 @@ mod tests {
             assert_eq!(demangle(c), c);
         }
         assert_eq!(demangle("_Z3fooi"), "foo(int)");
+        assert_eq!(
+            demangle("pthread_mutex_lock@@GLIBC_2.2.5"),
+            "pthread_mutex_lock"
+        );
+        assert_eq!(demangle("memcpy@GLIBC_2.2.5"), "memcpy");
         assert!(demangle("_ZN4core3fmt5write17h0123456789abcdefE").starts_with("core::fmt::write"));
     }
 

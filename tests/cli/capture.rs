@@ -753,6 +753,71 @@ fn thread_stacks_are_named() {
     }
 }
 
+/// A stripped program (as distributions ship them) is symbolized from its separate debug
+/// file, as gdb finds it (here through its `.gnu_debuglink`; Debian's `-dbg` packages by
+/// build ID): `--roi` finds the function by name and `trace info` names it with its line.
+#[test]
+fn a_stripped_program_is_symbolized_from_its_debug_file() {
+    if !need_qemu("symbols from a debug file") || !have("objcopy", "making a debug file") {
+        return;
+    }
+    let dir = temp_dir("debugfile");
+    let objcopy = |args: &[&str]| {
+        let o = Command::new("objcopy")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    std::fs::copy(app("gather"), dir.join("full")).unwrap();
+    objcopy(&["--only-keep-debug", "full", "gather.debug"]);
+    objcopy(&[
+        "--strip-all",
+        "--add-gnu-debuglink=gather.debug",
+        "full",
+        "gather",
+    ]);
+    std::fs::remove_file(dir.join("full")).unwrap();
+    let capture = |dir: &Path| {
+        mgbench(
+            &[
+                "capture",
+                "--full",
+                "--roi",
+                "gather_sum",
+                "-o",
+                "s.mgbt",
+                "./gather",
+                "--n=512",
+                "--reps=2",
+            ],
+            dir,
+        )
+    };
+    let o = capture(&dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mgbench(&["trace", "info", "s.mgbt", "-f", "json"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let top = v["top_instructions"].as_array().unwrap();
+    assert!(
+        top.iter().any(|i| i["function"] == "gather_sum"
+            && i["file"].as_str().is_some_and(|f| f.ends_with("gather.c"))
+            && i["loads"] == 2 * 512),
+        "{top:#?}"
+    );
+    // Without it the program has no such name, and the error says why that may be.
+    std::fs::remove_file(dir.join("gather.debug")).unwrap();
+    let o = capture(&dir);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("is the program stripped?"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 fn write_exe(path: &Path, contents: &[u8]) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, contents).unwrap();
