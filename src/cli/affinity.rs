@@ -252,7 +252,7 @@ fn bytes(b: u64) -> String {
 fn zoom_table(r: &ZoomReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{}: {} accesses ({}), {} thread(s)",
+        "{}: {} accesses ({}) from {} thread(s)",
         r.trace, r.accesses, r.mode, r.threads
     )?;
     writeln!(out, "\nsegments:")?;
@@ -348,7 +348,7 @@ fn vector_line(v: &AffinityVector) -> String {
 fn affinity_table(r: &AffinityReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{}: {} accesses ({}), {} thread(s); blocks of {} B, offsets +-{}, n_r {}, n_si {}",
+        "{}: {} accesses ({}) from {} thread(s); blocks of {} B, offsets +-{}, n_r {}, n_si {}",
         r.trace,
         r.accesses,
         r.mode,

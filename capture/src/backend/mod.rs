@@ -195,7 +195,7 @@ pub fn choose(program: &Path, attach: bool) -> Choice {
         return Choice {
             kind: BackendKind::Ptrace,
             why: format!(
-                "{} holds {evex} AVX-512 instruction(s), which QEMU's TCG cannot run: ptrace runs it natively (timed samples: the sample ratio is unknown)",
+                "{} holds {evex} AVX-512 instruction(s), which QEMU's TCG cannot run: ptrace runs it natively (timed samples: the sample ratio is unknown); where the program picks its AVX-512 code at run time by CPUID, as OpenSSL and simdutf do, --backend qemu runs the other code with exact samples",
                 program.display()
             ),
         };
