@@ -395,6 +395,9 @@ pub struct Plot {
     n: usize,
     skipped: usize,
     legend: Vec<(String, &'static str, Dash, bool)>,
+    /// Where data marks were drawn, in pixels: the legend goes to the corner that hides
+    /// the least of them.
+    ink: Vec<Ink>,
     /// Category labels drawn instead of y ticks (horizontal bar charts), with their y values.
     y_categories: Vec<(f64, String)>,
     /// Tick labels of their own at these x values (binned x axes), instead of the format's.
@@ -429,6 +432,7 @@ impl Plot {
             n: 0,
             skipped: 0,
             legend: Vec::new(),
+            ink: Vec::new(),
             y_categories: Vec::new(),
             x_labels: Vec::new(),
             x_ticks_at: None,
@@ -495,6 +499,7 @@ impl Plot {
             return;
         }
         let (cx, cy) = (self.px(x), self.py(y));
+        self.ink.push(Ink::Box(cx - r, cy - r, cx + r, cy + r));
         let _ = write!(
             self.body,
             "<circle class=\"mark\" cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"{r}\" fill=\"{color}\"><title>{}</title></circle>",
@@ -507,11 +512,16 @@ impl Plot {
     /// are left out.
     pub fn line(&mut self, pts: &[(f64, f64)], color: &str, dash: Dash, title: &str) {
         let mut d = String::new();
+        let mut last: Option<(f64, f64)> = None;
         for &(x, y) in pts {
             if !self.ok(x, y) {
                 continue;
             }
-            let _ = write!(d, "{:.1},{:.1} ", self.px(x), self.py(y));
+            let (px, py) = (self.px(x), self.py(y));
+            self.ink
+                .push(Ink::Segment(last.unwrap_or((px, py)), (px, py)));
+            last = Some((px, py));
+            let _ = write!(d, "{px:.1},{py:.1} ");
         }
         if d.is_empty() {
             return;
@@ -533,6 +543,8 @@ impl Plot {
         }
         let (a, b) = (self.px(x0), self.px(x1));
         let (c, d) = (self.py(y0), self.py(y1));
+        self.ink
+            .push(Ink::Box(a.min(b), c.min(d), a.max(b), c.max(d)));
         let _ = write!(
             self.body,
             "<rect class=\"mark\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"0.85\"><title>{}</title></rect>",
@@ -563,6 +575,8 @@ impl Plot {
         }
         let (a, b) = (self.px(x0), self.px(x1));
         let (c, d) = (self.py(y - h / 2.0), self.py(y + h / 2.0));
+        self.ink
+            .push(Ink::Box(a.min(b), c.min(d), a.max(b), c.max(d)));
         let mut g = format!(
             "<g class=\"mark\"><title>{}</title><rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"0.85\"/>",
             esc(title),
@@ -603,6 +617,7 @@ impl Plot {
         } else {
             (a, b)
         };
+        self.ink.push(Ink::Segment((px, a), (px, b)));
         let _ = write!(
             self.body,
             "<line class=\"mark\" x1=\"{px:.1}\" y1=\"{a:.1}\" x2=\"{px:.1}\" y2=\"{b:.1}\" stroke=\"{color}\" stroke-width=\"1.2\"><title>{}</title></line>",
@@ -856,10 +871,36 @@ impl Plot {
             .unwrap_or(0);
         let lw = (longest as f64 * 6.2 + 34.0).min(pw - 8.0);
         let lh = self.legend.len() as f64 * 15.0 + 6.0;
-        let lx = l + pw - lw - 4.0;
-        let ly = t + 4.0;
+        // The place whose box hides the fewest data marks: top-right unless data lie there,
+        // then the other corners, then the middles of the sides.
+        let (right, left_x, mid_x) = (l + pw - lw - 4.0, l + 4.0, l + (pw - lw) / 2.0);
+        let (top_y, bottom_y, mid_y) = (t + 4.0, t + ph - lh - 4.0, t + (ph - lh) / 2.0);
+        let corners = [
+            (right, top_y),
+            (left_x, top_y),
+            (right, bottom_y),
+            (left_x, bottom_y),
+            (right, mid_y),
+            (left_x, mid_y),
+            (mid_x, top_y),
+            (mid_x, bottom_y),
+        ];
+        let hidden = |&(x, y): &(f64, f64)| {
+            let b = (x - 2.0, y - 2.0, x + lw + 2.0, y + lh + 2.0);
+            self.ink.iter().filter(|i| i.meets(b)).count()
+        };
+        let (lx, ly) = if self.legend.is_empty() {
+            corners[0]
+        } else {
+            corners
+                .iter()
+                .copied()
+                .min_by_key(|c| hidden(c))
+                .unwrap_or(corners[0])
+        };
+        let legend_below = ly + lh / 2.0 > t + ph / 2.0;
         // Reference labels over the data marks, on a white halo; one the legend would hide goes
-        // just below it.
+        // just past it, towards the middle of the frame.
         for (tx, ty, anchor, color, label) in &self.ref_labels {
             let width = label.chars().count() as f64 * CHAR_PX;
             let (x0, x1) = match *anchor {
@@ -871,7 +912,11 @@ impl Plot {
                 && x0 < lx + lw
                 && ty + 3.0 > ly
                 && ty - 9.0 < ly + lh;
-            let ty = if under_legend { ly + lh + 12.0 } else { *ty };
+            let ty = match (under_legend, legend_below) {
+                (false, _) => *ty,
+                (true, false) => ly + lh + 12.0,
+                (true, true) => ly - 4.0,
+            };
             let _ = write!(
                 s,
                 "<text class=\"ref-label\" x=\"{tx:.1}\" y=\"{ty:.1}\" text-anchor=\"{anchor}\" font-size=\"10\" fill=\"{color}\" stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\">{}</text>",
@@ -953,6 +998,44 @@ pub fn shorten(s: &str, max: usize) -> String {
         let mut o: String = s.chars().take(max.saturating_sub(1)).collect();
         o.push('…');
         o
+    }
+}
+
+/// Where a data mark lies, in pixels.
+#[derive(Debug, Clone, Copy)]
+enum Ink {
+    /// A box: x0, y0, x1, y1.
+    Box(f64, f64, f64, f64),
+    /// A straight piece of line between two points.
+    Segment((f64, f64), (f64, f64)),
+}
+
+impl Ink {
+    /// Whether the mark meets the box `(x0, y0, x1, y1)`.
+    fn meets(&self, (x0, y0, x1, y1): (f64, f64, f64, f64)) -> bool {
+        match *self {
+            Ink::Box(a, b, c, d) => a <= x1 && c >= x0 && b <= y1 && d >= y0,
+            Ink::Segment((ax, ay), (bx, by)) => {
+                // Liang-Barsky: clip the segment's parameter range to the box.
+                let (dx, dy) = (bx - ax, by - ay);
+                let (mut lo, mut hi) = (0.0f64, 1.0f64);
+                for (p, q) in [(-dx, ax - x0), (dx, x1 - ax), (-dy, ay - y0), (dy, y1 - ay)] {
+                    if p == 0.0 {
+                        if q < 0.0 {
+                            return false;
+                        }
+                    } else {
+                        let r = q / p;
+                        if p < 0.0 {
+                            lo = lo.max(r);
+                        } else {
+                            hi = hi.min(r);
+                        }
+                    }
+                }
+                lo <= hi
+            }
+        }
     }
 }
 
@@ -1087,5 +1170,50 @@ mod tests {
         let drawn = tick_texts(&p.finish().text);
         assert!(drawn.iter().any(|t| t == "0"), "{drawn:?}");
         assert!(!drawn.iter().any(|t| t == "1" || t == "-1"), "{drawn:?}");
+    }
+
+    fn legend_at(svg: &str) -> (f64, f64) {
+        let g = &svg[svg.find("<g class=\"legend\"><rect x=\"").unwrap() + 27..];
+        let x: f64 = g[..g.find('"').unwrap()].parse().unwrap();
+        let g = &g[g.find("y=\"").unwrap() + 3..];
+        (x, g[..g.find('"').unwrap()].parse().unwrap())
+    }
+
+    #[test]
+    fn the_legend_goes_where_it_hides_the_least() {
+        let axis = |label: &str| Axis {
+            label: label.into(),
+            scale: Scale::Linear { min: 0.0, max: 1.0 },
+            format: fmt_num,
+        };
+        let plot = |ys: &[f64]| {
+            let mut p = Plot::new("l", 400.0, 200.0, 50.0, axis("x"), axis("y"));
+            let pts: Vec<(f64, f64)> = ys
+                .iter()
+                .enumerate()
+                .map(|(i, &y)| (i as f64 / (ys.len() - 1) as f64, y))
+                .collect();
+            p.line(&pts, "#000", Dash::Solid, "data");
+            p.legend("a long enough legend entry", "#000", Dash::Solid, false);
+            legend_at(&p.finish().text)
+        };
+        // Top-right (the default) where the data leave it free.
+        let (x, y) = plot(&[0.1, 0.2, 0.3]);
+        assert!(x > 150.0 && y < 50.0, "{x} {y}");
+        // A line along the top (reuse near 1): the legend goes below it, on the right.
+        let (x, y) = plot(&[0.98, 0.99, 0.97, 0.99, 0.98]);
+        assert!(x > 150.0 && y > 100.0, "{x} {y}");
+        // Rising to the top right: top-left.
+        let (x, y) = plot(&[0.0, 0.5, 1.0]);
+        assert!(x < 100.0 && y < 50.0, "{x} {y}");
+        // A segment that crosses a box with both ends outside meets it; one beside it does not.
+        let b = (10.0, 10.0, 20.0, 20.0);
+        assert!(Ink::Segment((0.0, 15.0), (30.0, 15.0)).meets(b));
+        assert!(Ink::Segment((0.0, 0.0), (30.0, 30.0)).meets(b));
+        assert!(!Ink::Segment((0.0, 25.0), (30.0, 25.0)).meets(b));
+        assert!(!Ink::Segment((0.0, 12.0), (5.0, 40.0)).meets(b));
+        assert!(Ink::Segment((15.0, 15.0), (15.0, 15.0)).meets(b));
+        assert!(Ink::Box(18.0, 18.0, 40.0, 40.0).meets(b));
+        assert!(!Ink::Box(21.0, 0.0, 40.0, 40.0).meets(b));
     }
 }

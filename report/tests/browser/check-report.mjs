@@ -133,8 +133,45 @@ const figures = await page.evaluate(() => {
     }
     // A reference line's label under the legend's box cannot be read.
     const legend = svg.querySelector('g.legend > rect');
+    const hidesData = [];
     if (legend) {
-      const a = legend.getBBox();
+      // The legend must not hide more data marks than the emptiest of the frame's corners and
+      // middles of its sides would.
+      const ink = [];
+      for (const m of svg.querySelectorAll('.mark')) {
+        if (m.tagName === 'polyline') {
+          const p = [...m.points].map((q) => [q.x, q.y]);
+          for (let i = 0; i < p.length; i++) ink.push({ seg: [p[Math.max(0, i - 1)], p[i]] });
+        } else if (m.tagName === 'line') {
+          ink.push({ seg: [[m.x1.baseVal.value, m.y1.baseVal.value], [m.x2.baseVal.value, m.y2.baseVal.value]] });
+        } else {
+          const b = (m.tagName === 'g' ? m.querySelector('rect') : m).getBBox();
+          ink.push({ box: [b.x, b.y, b.x + b.width, b.y + b.height] });
+        }
+      }
+      const meets = (k, [x0, y0, x1, y1]) => {
+        if (k.box) return k.box[0] <= x1 && k.box[2] >= x0 && k.box[1] <= y1 && k.box[3] >= y0;
+        const [[ax, ay], [bx, by]] = k.seg;
+        let lo = 0;
+        let hi = 1;
+        for (const [p, q] of [[ax - bx, ax - x0], [bx - ax, x1 - ax], [ay - by, ay - y0], [by - ay, y1 - ay]]) {
+          if (p === 0) {
+            if (q < 0) return false;
+          } else if (p < 0) lo = Math.max(lo, q / p);
+          else hi = Math.min(hi, q / p);
+        }
+        return lo <= hi;
+      };
+      const lb = legend.getBBox();
+      const frame = svg.querySelector(':scope > rect').getBBox();
+      const hidden = (x, y) => ink.filter((k) => meets(k, [x - 1, y - 1, x + lb.width + 1, y + lb.height + 1])).length;
+      const xs = [frame.x + 4, frame.x + (frame.width - lb.width) / 2, frame.x + frame.width - lb.width - 4];
+      const ys = [frame.y + 4, frame.y + (frame.height - lb.height) / 2, frame.y + frame.height - lb.height - 4];
+      const places = xs.flatMap((x, i) => ys.filter((_, j) => i !== 1 || j !== 1).map((y) => [x, y]));
+      const least = Math.min(...places.map(([x, y]) => hidden(x, y)));
+      const here = hidden(lb.x, lb.y);
+      if (here > least) hidesData.push(`it hides ${here} data mark(s) where another place would hide ${least}`);
+      const a = lb;
       for (const r of refLabels) {
         const b = r.box;
         const w = Math.min(a.x + a.width, b.x + b.width) - Math.max(a.x, b.x);
@@ -146,6 +183,7 @@ const figures = await page.evaluate(() => {
       id,
       n,
       overlaps,
+      hidesData,
       marks,
       width: rect.width,
       height: rect.height,
@@ -168,6 +206,7 @@ for (const f of figures) {
   }
   for (const o of f.outside) problems.push(`figure ${f.id}: text outside the viewBox: ${o}`);
   for (const o of f.overlaps) problems.push(`figure ${f.id}: labels overlap: ${o}`);
+  for (const o of f.hidesData) problems.push(`figure ${f.id}: the legend is over data: ${o}`);
 }
 
 if (figDir) {

@@ -1,6 +1,6 @@
 //! The page in a real browser: Debian's chromium-headless-shell driven by playwright-core
 //! (tests/browser/check-report.mjs). The check must pass on the fixtures' report and fail on
-//! four planted defects. Needs node, the browser and `npm ci` in tests/browser (scripts/
+//! five planted defects. Needs node, the browser and `npm ci` in tests/browser (scripts/
 //! setup.sh does both); locally a missing piece skips with a message, under CI=true it fails.
 
 use std::path::{Path, PathBuf};
@@ -120,4 +120,23 @@ fn report_passes_in_a_real_browser_and_planted_defects_fail() {
     let crowded = first.replacen(tick, &format!("{tick}{twin}"), 1);
     let bad = r.html.replacen(first, &crowded, 1);
     fails("overlap.html", &bad, &["labels overlap", "planted-tick"]);
+    // Planted defect 5: a legend moved over the start of a line (it was where it hid least).
+    let fig = crate::common::svgs(&r.html)
+        .into_iter()
+        .find(|f| f.contains("<g class=\"legend\">") && f.contains("<polyline class=\"mark\""))
+        .expect("a figure with a line and a legend");
+    let pts = &fig[fig.find("points=\"").unwrap() + 8..];
+    let (x, y) = pts[..pts.find(' ').unwrap()].split_once(',').unwrap();
+    let (x, y): (f64, f64) = (x.parse().unwrap(), y.parse().unwrap());
+    let at = fig.find("<g class=\"legend\"><rect x=\"").unwrap() + 27;
+    let y_end = at + fig[at..].find(" width=").unwrap();
+    let moved = format!(
+        "{}{:.1}\" y=\"{:.1}\"{}",
+        &fig[..at],
+        x - 2.0,
+        y - 2.0,
+        &fig[y_end..]
+    );
+    let bad = r.html.replacen(fig, &moved, 1);
+    fails("legend.html", &bad, &["the legend is over data"]);
 }
