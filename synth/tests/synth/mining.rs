@@ -321,23 +321,9 @@ fn stack_only_candidates_are_dropped() {
     let path = temp("stack.mgbt");
     write_trace_mapped(&path, &[stack, host_stack], &v, 4096);
     let r = synthesize(&path, &cfg()).unwrap();
-    let verdict = |ip: &str| {
-        r.candidates
-            .iter()
-            .find(|c| c.ip == ip)
-            .map(|c| c.verdict.clone())
-    };
-    assert_eq!(
-        verdict("0x402000"),
-        Some(Verdict::Stack),
-        "{:?}",
-        r.candidates
-    );
-    assert_eq!(
-        verdict("0x402010"),
-        Some(Verdict::Kept),
-        "{:?}",
-        r.candidates
+    assert_verdicts(
+        &r,
+        &[("0x402000", Verdict::Stack), ("0x402010", Verdict::Kept)],
     );
     assert_eq!(r.patterns.len(), 1);
     assert!(
@@ -413,28 +399,24 @@ fn thread_stacks_count_as_stacks() {
     // The anonymous memory, then its named part (both are in a capture's mappings).
     write_trace_threads(&path, &[main, anon, thread], &chunks);
     let r = synthesize(&path, &cfg()).unwrap();
-    let verdict = |ip: &str| {
-        r.candidates
+    assert_verdicts(
+        &r,
+        &[
+            ("0x402000", Verdict::Stack),
+            ("0x402010", Verdict::Kept),
+            ("0x402020", Verdict::Kept),
+        ],
+    );
+}
+
+/// Each candidate instruction got its verdict.
+fn assert_verdicts(r: &mgbench_synth::SynthReport, want: &[(&str, Verdict)]) {
+    for (ip, verdict) in want {
+        let got = r
+            .candidates
             .iter()
-            .find(|c| c.ip == ip)
-            .map(|c| c.verdict.clone())
-    };
-    assert_eq!(
-        verdict("0x402000"),
-        Some(Verdict::Stack),
-        "{:?}",
-        r.candidates
-    );
-    assert_eq!(
-        verdict("0x402010"),
-        Some(Verdict::Kept),
-        "{:?}",
-        r.candidates
-    );
-    assert_eq!(
-        verdict("0x402020"),
-        Some(Verdict::Kept),
-        "{:?}",
-        r.candidates
-    );
+            .find(|c| c.ip == *ip)
+            .map(|c| &c.verdict);
+        assert_eq!(got, Some(verdict), "{ip}: {:?}", r.candidates);
+    }
 }
