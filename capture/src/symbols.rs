@@ -333,6 +333,13 @@ fn load_object(path: &Path) -> Option<LoadedObject> {
     Some(LoadedObject { loader, segments })
 }
 
+/// Whether the file at `path` is a dynamic loader (glibc's `ld-linux-x86-64.so.2`, musl's
+/// `ld-musl-x86_64.so.1`, or `ld64.so.*`), by its name.
+pub fn is_dynamic_loader(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("ld-linux") || name.starts_with("ld-musl") || name.starts_with("ld64.so")
+}
+
 /// Where distributions install separate debug files (Debian's `-dbg` and `-dbgsym` packages:
 /// `libc6-dbg` for the C library).
 const DEBUG_ROOT: &str = "/usr/lib/debug";

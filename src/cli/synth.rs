@@ -59,6 +59,10 @@ pub struct SynthOptions {
     /// (pushes, pops and locals at varying call depths).
     #[arg(long)]
     keep_stack: bool,
+    /// Keep candidates in the dynamic loader's code (ld-linux: relocations and symbol lookups
+    /// at start-up, which a debug file names)
+    #[arg(long)]
+    keep_loader: bool,
     /// Only this thread's accesses (thread ids as in `trace info`).
     #[arg(long, value_parser = non_negative)]
     thread: Option<usize>,
@@ -84,6 +88,7 @@ impl SynthOptions {
             oob_distance: self.oob_distance as u64,
             keep_unsymbolized: self.keep_unsymbolized,
             keep_stack: self.keep_stack,
+            keep_loader: self.keep_loader,
             thread: self.thread.map(|t| t as u32),
             max_pattern: self.max_pattern,
             allow_damaged: self.allow_damaged,
@@ -127,6 +132,7 @@ fn explain(report: &SynthReport, out: &mut impl Write) -> std::io::Result<()> {
             Verdict::Regular => "dropped: regular".to_string(),
             Verdict::Unsymbolized => "dropped: no symbol".to_string(),
             Verdict::Stack => "dropped: in the stack only".to_string(),
+            Verdict::Loader => "dropped: in the dynamic loader".to_string(),
             Verdict::NotInTop { rank, top } => {
                 format!("dropped: rank {rank}, not in the top {top}")
             }

@@ -20,6 +20,8 @@ pub struct SynthConfig {
     pub keep_unsymbolized: bool,
     /// Keep candidates whose every access is in the stack of the thread that made it.
     pub keep_stack: bool,
+    /// Keep candidates in the dynamic loader's code (start-up relocation, symbol lookup).
+    pub keep_loader: bool,
     /// Only this thread's accesses.
     pub thread: Option<u32>,
     /// Longest pattern written; longer streams are truncated (and say so).
@@ -43,6 +45,7 @@ impl Default for SynthConfig {
             oob_distance: 513,
             keep_unsymbolized: false,
             keep_stack: false,
+            keep_loader: false,
             thread: None,
             max_pattern: 1 << 20,
             allow_damaged: false,

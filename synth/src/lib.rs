@@ -124,6 +124,9 @@ pub enum Verdict {
     /// Every access in its own thread's stack (pushes, pops, locals): not a data
     /// structure's gather or scatter (`--keep-stack` keeps them).
     Stack,
+    /// In the dynamic loader's code (relocations and symbol lookups at start-up, the same
+    /// for any program linked alike; `--keep-loader` keeps them).
+    Loader,
     /// Filter 5: few unique distances and few far jumps.
     FewDistances {
         unique_distances: usize,
@@ -169,6 +172,7 @@ impl SynthReport {
                 Verdict::Regular => "regular (-1/0/+1 only)",
                 Verdict::Unsymbolized => "no symbol (--keep-unsymbolized keeps them)",
                 Verdict::Stack => "in the stack only (--keep-stack keeps them)",
+                Verdict::Loader => "in the dynamic loader (--keep-loader keeps them)",
                 Verdict::NotInTop { .. } => "not in the top N (--top)",
                 Verdict::FewInstances { .. } => "too few instances (--min-instances)",
                 Verdict::FewDistances { .. } => {
@@ -442,6 +446,13 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
                 Verdict::Unsymbolized
             } else if in_stack == instances && !cfg.keep_stack {
                 Verdict::Stack
+            } else if !cfg.keep_loader
+                && source
+                    .object
+                    .as_deref()
+                    .is_some_and(mgbench_capture::symbols::is_dynamic_loader)
+            {
+                Verdict::Loader
             } else {
                 Verdict::Kept
             };

@@ -409,6 +409,54 @@ fn thread_stacks_count_as_stacks() {
     );
 }
 
+/// The dynamic loader's start-up work (relocations, symbol lookups, which a debug file names)
+/// is not the program's: dropped unless `keep_loader`, next to the same gather elsewhere.
+#[test]
+fn dynamic_loader_candidates_are_dropped() {
+    use mgbench_capture::trace::Mapping;
+    let code = |start: u64, path: &str| Mapping {
+        start,
+        end: start + 0x1000,
+        offset: 0,
+        path: path.into(),
+        perms: "r-xp".into(),
+    };
+    let maps = [
+        code(0x7000_0000, "/nowhere/ld-linux-x86-64.so.2"),
+        code(0x6000_0000, "/nowhere/libwork.so"),
+    ];
+    let cols = randoms(20_000, 4096, 3);
+    let v: Vec<_> = cols
+        .iter()
+        .flat_map(|&c| [load(0x7000_0010, c), load(0x6000_0010, c)])
+        .collect();
+    let path = temp("loader.mgbt");
+    write_trace_mapped(&path, &maps, &v, 4096);
+    // (No symbols in files that do not exist: kept as unsymbolized to reach the filter.)
+    let unsym = SynthConfig {
+        keep_unsymbolized: true,
+        ..cfg()
+    };
+    let r = synthesize(&path, &unsym).unwrap();
+    assert_verdicts(
+        &r,
+        &[
+            ("0x70000010", Verdict::Loader),
+            ("0x60000010", Verdict::Kept),
+        ],
+    );
+    assert!(r.filter_summary().contains("1 in the dynamic loader"));
+    let keep = SynthConfig {
+        keep_loader: true,
+        ..unsym
+    };
+    let r = synthesize(&path, &keep).unwrap();
+    assert_verdicts(
+        &r,
+        &[("0x70000010", Verdict::Kept), ("0x60000010", Verdict::Kept)],
+    );
+}
+
 /// Each candidate instruction got its verdict.
 fn assert_verdicts(r: &mgbench_synth::SynthReport, want: &[(&str, Verdict)]) {
     for (ip, verdict) in want {
