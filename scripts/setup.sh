@@ -12,6 +12,8 @@ need gcc build-essential       # C reference loops, demo apps (scripts/apps), -s
 need python3 python3           # scripts/*.py
 need qemu-x86_64 qemu-user     # capture --backend qemu (the default)
 need valgrind valgrind         # lackey: the oracle for per-instruction access counts in tests
+# The C library's debug file: names for its internal functions (symbolization tests).
+dpkg-query -W -f='${Status}' libc6-dbg 2>/dev/null | grep -q "ok installed" || packages+=(libc6-dbg)
 need mpirun openmpi-bin        # replay --mpi: the MPI runtime
 need mpicc libopenmpi-dev      # the mpi crate (feature "mpi") links OpenMPI...
 compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null || packages+=(libclang-dev)  # ...and bindgen needs libclang

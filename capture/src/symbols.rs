@@ -430,4 +430,51 @@ mod tests {
         let e = ElfImage::open(&script).unwrap_err().to_string();
         assert!(e.contains("script"), "{e}");
     }
+
+    /// The C library, stripped as Debian ships it, is read with its debug file from `libc6-dbg`
+    /// (found by build ID under /usr/lib/debug; scripts/setup.sh installs it):
+    /// an internal function that its dynamic symbols leave out gets its name and line.
+    #[test]
+    fn the_c_library_is_named_from_its_debug_package() {
+        let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        let data = std::fs::read(libc).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let Some(debug) = debug_file(libc, &file) else {
+            if std::env::var_os("CI").is_some() {
+                panic!(
+                    "no debug file for {}: scripts/setup.sh installs libc6-dbg",
+                    libc.display()
+                );
+            }
+            eprintln!(
+                "skipped: no debug file for {} (apt-get install libc6-dbg)",
+                libc.display()
+            );
+            return;
+        };
+        assert!(
+            debug.starts_with("/usr/lib/debug/.build-id/"),
+            "{}",
+            debug.display()
+        );
+        let debug_data = std::fs::read(&debug).unwrap();
+        let dbg = object::File::parse(&*debug_data).unwrap();
+        let int_free = dbg
+            .symbols()
+            .find(|s| s.name() == Ok("_int_free"))
+            .expect("_int_free in the debug file")
+            .address();
+        assert!(file.dynamic_symbols().all(|s| s.name() != Ok("_int_free")));
+        // libc mapped whole at 0x10000000 (its code's file offsets equal its addresses).
+        let map = Mapping {
+            start: 0x1000_0000,
+            end: 0x1000_0000 + data.len() as u64,
+            offset: 0,
+            path: libc.display().to_string(),
+            perms: "r-xp".into(),
+        };
+        let loc = Symbolizer::new(vec![map]).resolve(0x1000_0000 + int_free + 4);
+        assert_eq!(loc.function.as_deref(), Some("_int_free"), "{loc:?}");
+        assert!(loc.file.is_some_and(|f| f.ends_with("malloc.c")));
+    }
 }
