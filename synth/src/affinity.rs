@@ -199,6 +199,9 @@ fn classify(m: Option<&Mapping>) -> (&'static str, Option<String>) {
     match m {
         None => ("unmapped", None),
         Some(m) if trace::is_stack(&m.path) => ("stack", Some(m.path.clone())),
+        // Memory shared with other processes (MPI ranks' shared-memory transport in
+        // /dev/shm, memfd, SysV segments): its accesses are communication.
+        Some(m) if m.perms.as_bytes().get(3) == Some(&b's') => ("shared", Some(m.path.clone())),
         Some(m) if m.path.is_empty() || m.path == "[heap]" => ("heap", Some(m.path.clone())),
         Some(m) if m.path.starts_with('[') => ("other", Some(m.path.clone())),
         Some(m) => ("static", Some(m.path.clone())),
@@ -1252,5 +1255,33 @@ pub fn compare(
                 b: j.map(|j| side(&b.regions[j])),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mappings_are_classed_by_name_and_sharing() {
+        let map = |path: &str, perms: &str| Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            path: path.into(),
+            perms: perms.into(),
+        };
+        let class = |path: &str, perms: &str| classify(Some(&map(path, perms))).0;
+        assert_eq!(class("[stack]", "rw-p"), "stack");
+        assert_eq!(class("[thread stack]", "rw-p"), "stack");
+        assert_eq!(class("", "rw-p"), "heap");
+        assert_eq!(class("[heap]", "rw-p"), "heap");
+        // OpenMPI's shared-memory transport, anonymous shared memory, a SysV segment.
+        assert_eq!(class("/dev/shm/vader_segment.vm.0.1", "rw-s"), "shared");
+        assert_eq!(class("/dev/zero (deleted)", "rw-s"), "shared");
+        assert_eq!(class("/SYSV00000000 (deleted)", "rw-s"), "shared");
+        assert_eq!(class("/usr/lib/libc.so.6", "rw-p"), "static");
+        assert_eq!(class("[vvar]", "r--p"), "other");
+        assert_eq!(classify(None).0, "unmapped");
     }
 }
