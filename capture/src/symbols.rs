@@ -221,6 +221,16 @@ pub struct SourceLocation {
 }
 
 impl SourceLocation {
+    /// The function's name; where it is unknown, "?? [object]" (the file it lies in, so that
+    /// unnamed code of one library stays apart from another's), or "??".
+    pub fn function_or_object(&self) -> String {
+        match (&self.function, &self.object) {
+            (Some(f), _) => f.clone(),
+            (None, Some(o)) => format!("?? [{}]", short_path(o)),
+            (None, None) => "??".into(),
+        }
+    }
+
     /// "function (file:line)" or what is known of it.
     pub fn describe(&self) -> String {
         let func = self.function.as_deref().unwrap_or("??");
@@ -394,6 +404,22 @@ mod tests {
         assert_eq!(m[0], "spmv_rows");
         assert!(close_matches("wrker", names.iter().copied()).contains(&"worker".to_string()));
         assert!(close_matches("zzzzzzzz", names.iter().copied()).is_empty());
+    }
+
+    #[test]
+    fn unnamed_code_is_told_apart_by_its_file() {
+        let loc = |function: Option<&str>, object: Option<&str>| SourceLocation {
+            function: function.map(str::to_string),
+            object: object.map(str::to_string),
+            ..SourceLocation::default()
+        };
+        let lib = Some("/usr/lib/x86_64-linux-gnu/libbz2.so.1.0.4");
+        assert_eq!(
+            loc(Some("BZ2_blockSort"), lib).function_or_object(),
+            "BZ2_blockSort"
+        );
+        assert_eq!(loc(None, lib).function_or_object(), "?? [libbz2.so.1.0.4]");
+        assert_eq!(loc(None, None).function_or_object(), "??");
     }
 
     #[test]

@@ -158,7 +158,7 @@ fn busiest_functions(path: &Path, cfg: &AnalyzeConfig) -> Result<FunctionNames, 
     let mut of_ip: HashMap<u64, String, fasthash::Build> = HashMap::default();
     let mut per_function: HashMap<String, u64> = HashMap::new();
     for (ip, n) in per_ip {
-        let name = sym.resolve(ip).function.unwrap_or_else(|| "??".into());
+        let name = sym.resolve(ip).function_or_object();
         *per_function.entry(name.clone()).or_default() += n;
         of_ip.insert(ip, name);
     }
