@@ -395,8 +395,8 @@ pub struct Plot {
     n: usize,
     skipped: usize,
     legend: Vec<(String, &'static str, Dash, bool)>,
-    /// Where data marks were drawn, in pixels: the legend goes to the corner that hides
-    /// the least of them.
+    /// Where data marks were drawn, in pixels: the legend goes to the place that hides the
+    /// fewest of them.
     ink: Vec<Ink>,
     /// Category labels drawn instead of y ticks (horizontal bar charts), with their y values.
     y_categories: Vec<(f64, String)>,
@@ -875,7 +875,7 @@ impl Plot {
         // then the other corners, then the middles of the sides.
         let (right, left_x, mid_x) = (l + pw - lw - 4.0, l + 4.0, l + (pw - lw) / 2.0);
         let (top_y, bottom_y, mid_y) = (t + 4.0, t + ph - lh - 4.0, t + (ph - lh) / 2.0);
-        let corners = [
+        let places = [
             (right, top_y),
             (left_x, top_y),
             (right, bottom_y),
@@ -890,13 +890,13 @@ impl Plot {
             self.ink.iter().filter(|i| i.meets(b)).count()
         };
         let (lx, ly) = if self.legend.is_empty() {
-            corners[0]
+            places[0]
         } else {
-            corners
+            places
                 .iter()
                 .copied()
                 .min_by_key(|c| hidden(c))
-                .unwrap_or(corners[0])
+                .unwrap_or(places[0])
         };
         let legend_below = ly + lh / 2.0 > t + ph / 2.0;
         // Reference labels over the data marks, on a white halo; one the legend would hide goes

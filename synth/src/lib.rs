@@ -397,7 +397,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
                 }
             }
         },
-        // (QEMU's own stack is among them, far above the guest's: its accesses are not.)
+        // (QEMU's own `[stack]` is among them: the guest never touches it.)
         |maps| stacks.borrow_mut().add(maps),
     )?;
     let window::Pass1 {

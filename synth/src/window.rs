@@ -381,6 +381,73 @@ impl Windows {
     }
 }
 
+/// The stacks of a trace's threads (the mappings named `[stack]` and `[thread stack]`), and
+/// which one each thread uses: accesses to a thread's own stack are counted for the stack
+/// filter with one comparison each (see [`Windows::set_stack`]).
+#[derive(Debug, Default)]
+pub struct Stacks {
+    /// Start and end, in address order.
+    ranges: Vec<(u64, u64)>,
+    /// The stack each thread used last.
+    of_thread: HashMap<u32, (u64, u64)>,
+}
+
+impl Stacks {
+    /// Accesses of a chunk looked at to tell which stack is its thread's.
+    const PROBE: usize = 256;
+
+    /// Adds the stacks among `maps` (a mappings frame).
+    pub fn add(&mut self, maps: &[mgbench_capture::trace::Mapping]) {
+        let new = maps
+            .iter()
+            .filter(|m| mgbench_capture::trace::is_stack(&m.path))
+            .map(|m| (m.start, m.end));
+        self.ranges.extend(new);
+        self.ranges.sort_unstable();
+        // Copies of one stack that grew overlap: one range. (Stacks of different threads
+        // never do: a guard page lies between them.)
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.ranges.len());
+        for &(s, e) in &self.ranges {
+            match merged.last_mut() {
+                Some(last) if s < last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        self.ranges = merged;
+    }
+
+    /// The stack of the thread that made `accesses` (one chunk): the stack that most of its
+    /// first accesses in any stack fall in, or, where none does, the one that thread used
+    /// last ((0, 0): none known). A thread's stack is found anew in each chunk, since
+    /// captures may give a new thread the number of one that ended.
+    pub fn of(&mut self, thread: u32, accesses: &[Access]) -> (u64, u64) {
+        if self.ranges.is_empty() {
+            return (0, 0);
+        }
+        let mut hits: Vec<((u64, u64), u32)> = Vec::new();
+        for a in accesses.iter().take(Self::PROBE) {
+            let i = self.ranges.partition_point(|&(s, _)| s <= a.addr);
+            let Some(&r) = i.checked_sub(1).map(|i| &self.ranges[i]) else {
+                continue;
+            };
+            if a.addr >= r.1 {
+                continue;
+            }
+            match hits.iter_mut().find(|(h, _)| *h == r) {
+                Some((_, n)) => *n += 1,
+                None => hits.push((r, 1)),
+            }
+        }
+        match hits.iter().max_by_key(|&&(_, n)| n) {
+            Some(&(r, _)) => {
+                self.of_thread.insert(thread, r);
+                r
+            }
+            None => self.of_thread.get(&thread).copied().unwrap_or((0, 0)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,72 +552,5 @@ mod tests {
         assert_eq!(stats[0].gather_windows, 1);
         assert_eq!(stats[1].gather_windows, 0);
         assert_eq!(stats[2].gather_windows, 1);
-    }
-}
-
-/// The stacks of a trace's threads (the mappings named `[stack]` and `[thread stack]`), and
-/// which one each thread uses: accesses to a thread's own stack are counted for the stack
-/// filter with one comparison each (see [`Windows::set_stack`]).
-#[derive(Debug, Default)]
-pub struct Stacks {
-    /// Start and end, in address order.
-    ranges: Vec<(u64, u64)>,
-    /// The stack each thread used last.
-    of_thread: HashMap<u32, (u64, u64)>,
-}
-
-impl Stacks {
-    /// Accesses of a chunk looked at to tell which stack is its thread's.
-    const PROBE: usize = 256;
-
-    /// Adds the stacks among `maps` (a mappings frame).
-    pub fn add(&mut self, maps: &[mgbench_capture::trace::Mapping]) {
-        let new = maps
-            .iter()
-            .filter(|m| mgbench_capture::trace::is_stack(&m.path))
-            .map(|m| (m.start, m.end));
-        self.ranges.extend(new);
-        self.ranges.sort_unstable();
-        // Copies of one stack that grew overlap: one range. (Stacks of different threads
-        // never do: a guard page lies between them.)
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.ranges.len());
-        for &(s, e) in &self.ranges {
-            match merged.last_mut() {
-                Some(last) if s < last.1 => last.1 = last.1.max(e),
-                _ => merged.push((s, e)),
-            }
-        }
-        self.ranges = merged;
-    }
-
-    /// The stack of the thread that made `accesses` (one chunk): the stack that most of its
-    /// first accesses in any stack fall in, or, where none does, the one that thread used
-    /// last ((0, 0): none known). A thread's stack is found anew in each chunk, since
-    /// captures may give a new thread the number of one that ended.
-    pub fn of(&mut self, thread: u32, accesses: &[Access]) -> (u64, u64) {
-        if self.ranges.is_empty() {
-            return (0, 0);
-        }
-        let mut hits: Vec<((u64, u64), u32)> = Vec::new();
-        for a in accesses.iter().take(Self::PROBE) {
-            let i = self.ranges.partition_point(|&(s, _)| s <= a.addr);
-            let Some(&r) = i.checked_sub(1).map(|i| &self.ranges[i]) else {
-                continue;
-            };
-            if a.addr >= r.1 {
-                continue;
-            }
-            match hits.iter_mut().find(|(h, _)| *h == r) {
-                Some((_, n)) => *n += 1,
-                None => hits.push((r, 1)),
-            }
-        }
-        match hits.iter().max_by_key(|&&(_, n)| n) {
-            Some(&(r, _)) => {
-                self.of_thread.insert(thread, r);
-                r
-            }
-            None => self.of_thread.get(&thread).copied().unwrap_or((0, 0)),
-        }
     }
 }

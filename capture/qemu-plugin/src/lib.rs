@@ -1021,7 +1021,7 @@ fn new_thread_stack_pointer(num: i64, a1: u64, a2: u64) -> u64 {
         CLONE => a2,
         CLONE3 => {
             let mut b = [0u8; 16];
-            if sys::read_own(a1 + 40, &mut b) != 16 {
+            if sys::read_own(a1.wrapping_add(40), &mut b) != 16 {
                 return 0;
             }
             let stack = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
@@ -1039,13 +1039,9 @@ fn new_thread_stack_pointer(num: i64, a1: u64, a2: u64) -> u64 {
 /// Sends the mapping of a new thread's stack, named `[thread stack]`, so that analyses
 /// class it as a stack (the kernel names only the main thread's).
 fn name_thread_stack(p: &Plugin, sp: u64) {
-    let Some(stack) = Mapping::thread_stack(&read_proc_maps(), sp) else {
-        return;
-    };
-    if let Ok(mut known) = p.maps.lock() {
-        known.push((stack.start, stack.end));
+    if let Some(stack) = Mapping::thread_stack(&read_proc_maps(), sp) {
+        let _ = p.tx.send(Msg::Mappings(vec![stack]));
     }
-    let _ = p.tx.send(Msg::Mappings(vec![stack]));
 }
 
 /// Whether system call `num` with first argument `a1` makes a new process rather than a

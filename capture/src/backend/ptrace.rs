@@ -382,7 +382,6 @@ impl Tracer {
         let Some(stack) = Mapping::thread_stack(&read_maps(self.leader), regs.rsp) else {
             return;
         };
-        self.known_maps.push((stack.start, stack.end));
         if let Err(e) = self.writer.write_mappings(&[stack]) {
             self.errors.push(format!("cannot write mappings: {e}"));
         }

@@ -183,9 +183,7 @@ impl Mapping {
             ..m.clone()
         })
     }
-}
 
-impl Mapping {
     /// The union of mappings frames as one list without overlaps, in address order: a trace
     /// holds a mapping again when it changed (a heap that grew) or when the capture named
     /// part of it (a thread's stack inside anonymous memory). Where mappings overlap, the
