@@ -1806,6 +1806,15 @@ fn ptrace_timed_windows_and_attach() {
             out.status
         );
         assert_eq!(checksum(&out.stdout), checksum(&native.stdout), "{mode:?}");
+        // The two workers, running when mgbench attached, have their stacks named whole.
+        let t = read_trace(&dir.join("b.mgbt"));
+        let stacks: Vec<u64> = Mapping::flatten(&t.mappings)
+            .iter()
+            .filter(|m| m.path == "[thread stack]")
+            .map(|m| m.end - m.start)
+            .collect();
+        assert_eq!(stacks.len(), 2, "{mode:?}: {stacks:?}");
+        assert!(stacks.iter().all(|&n| n >= 1 << 20), "{stacks:?}");
     }
 }
 

@@ -1039,7 +1039,7 @@ fn new_thread_stack_pointer(num: i64, a1: u64, a2: u64) -> u64 {
 /// Sends the mapping of a new thread's stack, named `[thread stack]`, so that analyses
 /// class it as a stack (the kernel names only the main thread's).
 fn name_thread_stack(p: &Plugin, sp: u64) {
-    if let Some(stack) = Mapping::thread_stack(&read_proc_maps(), sp) {
+    if let Some(stack) = Mapping::thread_stack(&read_proc_maps(), sp, true) {
         let _ = p.tx.send(Msg::Mappings(vec![stack]));
     }
 }

@@ -140,6 +140,8 @@ struct ThreadState {
     drains: u8,
     /// Its stack was looked for, at its first stop (see [`Tracer::name_thread_stack`]).
     stack_named: bool,
+    /// It ran before mgbench attached (`--pid`): its stack pointer is not where it started.
+    attached: bool,
 }
 
 /// System calls that would let the program see mgbench's pin (see [`Pin`]), made while it
@@ -256,6 +258,7 @@ impl Tracer {
                 pinned_call: None,
                 drains: 0,
                 stack_named: false,
+                attached: false,
             },
         );
         self.pin(tid);
@@ -368,18 +371,19 @@ impl Tracer {
         }
     }
 
-    /// Writes the mapping of a new thread's stack, named `[thread stack]` (the kernel names
-    /// only the main thread's), from its stack pointer at its first stop, so that analyses
-    /// class it as a stack. The main thread's has its kernel name: it is left alone.
+    /// Writes the mapping of a thread's stack, named `[thread stack]` (the kernel names only
+    /// the main thread's), from its stack pointer at its first stop, so that analyses class
+    /// it as a stack. The main thread's has its kernel name: it is left alone.
     fn name_thread_stack(&mut self, tid: Pid) {
         let Some(t) = self.threads.get_mut(&tid) else {
             return;
         };
         t.stack_named = true;
+        let first = !t.attached;
         let Ok(regs) = ptrace::getregs(tid) else {
             return;
         };
-        let Some(stack) = Mapping::thread_stack(&read_maps(self.leader), regs.rsp) else {
+        let Some(stack) = Mapping::thread_stack(&read_maps(self.leader), regs.rsp, first) else {
             return;
         };
         if let Err(e) = self.writer.write_mappings(&[stack]) {
@@ -767,6 +771,9 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             .unwrap_or_default();
         for tid in tids {
             tr.add_thread(tid);
+            if let Some(t) = tr.threads.get_mut(&tid) {
+                t.attached = true;
+            }
         }
     } else {
         tr.add_thread(leader);

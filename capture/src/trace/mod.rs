@@ -159,13 +159,15 @@ impl Mapping {
         true
     }
 
-    /// The stack of a thread that starts with stack pointer `sp`, named [`THREAD_STACK`]:
-    /// the anonymous read-write mapping that holds the bytes just below `sp`, from its start
-    /// (its guard page, inaccessible, lies at once below: the stack's end, and what keeps the
-    /// kernel from merging the stack with older memory there) to the page that holds `sp`.
-    /// What lies above `sp` (the thread's TLS and descriptor, or memory merged into the
-    /// mapping) is not named. `None` where no such guarded mapping holds `sp - 1`.
-    pub fn thread_stack(maps: &[Mapping], sp: u64) -> Option<Mapping> {
+    /// The stack of a thread with stack pointer `sp`, named [`THREAD_STACK`]: the anonymous
+    /// read-write mapping that holds the bytes just below `sp`, from its start (its guard
+    /// page, inaccessible, lies at once below: the stack's end, and what keeps the kernel
+    /// from merging the stack with older memory there) to the page that holds `sp` where the
+    /// thread starts there (`first`): what lies above (the thread's TLS and descriptor, or
+    /// memory merged into the mapping) is not named. For a thread already running (a process
+    /// attached to), its frames lie above `sp` too: the whole mapping is named. `None` where
+    /// no such guarded mapping holds `sp - 1`.
+    pub fn thread_stack(maps: &[Mapping], sp: u64, first: bool) -> Option<Mapping> {
         const PAGE: u64 = 4096;
         let below = sp.checked_sub(1)?;
         let i = maps
@@ -177,8 +179,13 @@ impl Mapping {
         if !(guarded && m.path.is_empty() && m.perms.starts_with("rw")) {
             return None;
         }
+        let end = if first {
+            ((below / PAGE + 1) * PAGE).min(m.end)
+        } else {
+            m.end
+        };
         Some(Mapping {
-            end: ((below / PAGE + 1) * PAGE).min(m.end),
+            end,
             path: THREAD_STACK.to_string(),
             ..m.clone()
         })
@@ -187,14 +194,16 @@ impl Mapping {
     /// The union of mappings frames as one list without overlaps, in address order: a trace
     /// holds a mapping again when it changed (a heap that grew) or when the capture named
     /// part of it (a thread's stack inside anonymous memory). Where mappings overlap, the
-    /// narrowest holds the bytes (of copies of one range, the latest); a mapping cut in pieces
+    /// narrowest holds the bytes (of copies of one range, the latest with a name, else the
+    /// latest: a capture that names a whole mapping may list it again unnamed); a mapping cut in pieces
     /// by a narrower one keeps its name in each, with offsets that follow, and pieces of the
     /// same memory that touch are one.
     pub fn flatten(maps: &[Mapping]) -> Vec<Mapping> {
         let mut maps: Vec<&Mapping> = maps.iter().filter(|m| m.start < m.end).collect();
-        // Later copies first, so that the stable sort and dedup keep the latest of equals.
+        // Later copies first, so that the stable sort and dedup keep the latest of equals
+        // (named ones before anonymous ones).
         maps.reverse();
-        maps.sort_by_key(|m| (m.start, m.end));
+        maps.sort_by_key(|m| (m.start, m.end, m.path.is_empty()));
         maps.dedup_by(|a, b| a.start == b.start && a.end == b.end);
         let mut bounds: Vec<u64> = maps.iter().flat_map(|m| [m.start, m.end]).collect();
         bounds.sort_unstable();
@@ -419,22 +428,25 @@ not a mapping line\n";
     fn a_thread_stack_runs_from_its_guard_to_the_page_of_its_first_stack_pointer() {
         let m = Mapping::parse_proc_maps(QEMU_MAPS);
         // glibc's layout: the descriptor and TLS above the first stack pointer stay unnamed.
-        let t = Mapping::thread_stack(&m, 0x4003224f40).expect("a guarded stack");
+        let t = Mapping::thread_stack(&m, 0x4003224f40, true).expect("a guarded stack");
         assert_eq!(
             (t.start, t.end, t.path.as_str(), t.perms.as_str()),
             (0x4002a26000, 0x4003225000, super::THREAD_STACK, "rw-p")
         );
         // A page-aligned stack pointer: the stack ends there.
-        let t = Mapping::thread_stack(&m, 0x4003225000).unwrap();
+        let t = Mapping::thread_stack(&m, 0x4003225000, true).unwrap();
         assert_eq!(t.end, 0x4003225000);
         // A stack pointer at the mapping's very end.
-        let t = Mapping::thread_stack(&m, 0x4003226000).unwrap();
+        let t = Mapping::thread_stack(&m, 0x4003226000, true).unwrap();
         assert_eq!(t.end, 0x4003226000);
+        // A running thread (attached to): the whole mapping, its frames above `sp` with it.
+        let t = Mapping::thread_stack(&m, 0x4002f00000, false).unwrap();
+        assert_eq!((t.start, t.end), (0x4002a26000, 0x4003226000));
         // No guard below (the heap), a file, nothing mapped, no stack pointer: no stack.
-        assert_eq!(Mapping::thread_stack(&m, 0x400002b000), None);
-        assert_eq!(Mapping::thread_stack(&m, 0x4000008000), None);
-        assert_eq!(Mapping::thread_stack(&m, 0x5000000000), None);
-        assert_eq!(Mapping::thread_stack(&m, 0), None);
+        assert_eq!(Mapping::thread_stack(&m, 0x400002b000, true), None);
+        assert_eq!(Mapping::thread_stack(&m, 0x4000008000, true), None);
+        assert_eq!(Mapping::thread_stack(&m, 0x5000000000, true), None);
+        assert_eq!(Mapping::thread_stack(&m, 0, true), None);
         assert!(super::is_stack(super::THREAD_STACK) && super::is_stack(super::GUEST_STACK));
         assert!(!super::is_stack("") && !super::is_stack("[heap]"));
     }
@@ -458,6 +470,9 @@ not a mapping line\n";
             map(0x3000, 0x6000, 0, super::THREAD_STACK),
             map(0x20000, 0x30000, 0x5000, "/lib/b.so"),
             map(0x1000, 0x9000, 0, ""),
+            // A whole mapping named, then listed again as the kernel lists it: the name stays.
+            map(0x50000, 0x58000, 0, super::THREAD_STACK),
+            map(0x50000, 0x58000, 0, ""),
         ];
         let flat = Mapping::flatten(&maps);
         let got: Vec<(u64, u64, u64, &str)> = flat
@@ -472,6 +487,7 @@ not a mapping line\n";
                 (0x6000, 0x9000, 0x5000, ""),
                 (0x20000, 0x30000, 0x5000, "/lib/b.so"),
                 (0x40000, 0x48000, 0, "[heap]"),
+                (0x50000, 0x58000, 0, super::THREAD_STACK),
             ]
         );
         assert!(Mapping::flatten(&[]).is_empty());
