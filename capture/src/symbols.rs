@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use object::read::ReadCache;
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use crate::trace::Mapping;
@@ -115,28 +116,23 @@ impl ElfImage {
         }
         // A stripped program's full symbol table may be in a separate debug file.
         let stripped = file.symbols().next().is_none();
-        let debug_data = stripped
+        // (Read as needed: a debug file may be far larger than the symbol table wanted here.)
+        let debug_cache = stripped
             .then(|| debug_file(path, &file))
             .flatten()
-            .and_then(|d| std::fs::read(d).ok());
-        let debug = debug_data
-            .as_deref()
+            .and_then(|d| std::fs::File::open(d).ok())
+            .map(ReadCache::new);
+        let debug = debug_cache
+            .as_ref()
             .and_then(|d| object::File::parse(d).ok());
         let mut functions: Vec<FunctionSymbol> = file
             .symbols()
             .chain(file.dynamic_symbols())
-            .chain(debug.iter().flat_map(|d| d.symbols()))
-            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-            .filter_map(|s| {
-                let raw = s.name().ok()?.to_string();
-                Some(FunctionSymbol {
-                    name: demangle(&raw),
-                    raw_name: raw,
-                    start: s.address(),
-                    size: s.size(),
-                })
-            })
+            .filter_map(|s| function_symbol(&s))
             .collect();
+        if let Some(d) = &debug {
+            functions.extend(d.symbols().filter_map(|s| function_symbol(&s)));
+        }
         functions.sort_by(|a, b| (a.start, &a.raw_name).cmp(&(b.start, &b.raw_name)));
         functions.dedup_by(|a, b| a.start == b.start && a.raw_name == b.raw_name);
         let load_base = file
@@ -171,6 +167,20 @@ impl ElfImage {
             close: close_matches(name, self.functions.iter().map(|f| f.name.as_str())),
         })
     }
+}
+
+/// A symbol table entry that is a function, as a [`FunctionSymbol`].
+fn function_symbol<'d, S: ObjectSymbol<'d>>(s: &S) -> Option<FunctionSymbol> {
+    if s.kind() != SymbolKind::Text || s.address() == 0 {
+        return None;
+    }
+    let raw = s.name().ok()?.to_string();
+    Some(FunctionSymbol {
+        name: demangle(&raw),
+        raw_name: raw,
+        start: s.address(),
+        size: s.size(),
+    })
 }
 
 /// Up to five names containing `query` or within a small edit distance of it.
@@ -383,12 +393,15 @@ pub fn debug_file(path: &Path, file: &object::File) -> Option<PathBuf> {
         );
     }
     candidates.into_iter().find(|c| {
+        // Only its headers and notes are read.
+        let Ok(f) = std::fs::File::open(c) else {
+            return false;
+        };
+        let cache = ReadCache::new(f);
         c.as_path() != path
-            && std::fs::read(c).ok().is_some_and(|data| {
-                object::File::parse(&*data).is_ok_and(|d| {
-                    let theirs = d.build_id().ok().flatten();
-                    id.is_none() || theirs.is_none() || theirs == id
-                })
+            && object::File::parse(&cache).is_ok_and(|d| {
+                let theirs = d.build_id().ok().flatten();
+                id.is_none() || theirs.is_none() || theirs == id
             })
     })
 }
