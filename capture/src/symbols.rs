@@ -292,15 +292,37 @@ impl Symbolizer {
         loc
     }
 
-    fn lookup(&mut self, ip: u64) -> SourceLocation {
-        // The latest mapping covering ip wins (mappings can be replaced over time).
-        let Some(m) = self
-            .mappings
+    /// The named mapping that holds `ip`: the latest (mappings can be replaced over time).
+    fn mapping_of(&self, ip: u64) -> Option<&Mapping> {
+        self.mappings
             .iter()
             .rev()
             .find(|m| ip >= m.start && ip < m.end && !m.path.is_empty())
-            .cloned()
-        else {
+    }
+
+    /// The address `ip` has in the file mapped there (its link-time address, the one
+    /// `addr2line -e FILE` and `objdump` take), which stays the same from run to run where
+    /// `ip` does not (a shared library or PIE loads anywhere).
+    pub fn link_address(&mut self, ip: u64) -> Option<u64> {
+        let m = self
+            .mapping_of(ip)
+            .filter(|m| m.path.starts_with('/'))?
+            .clone();
+        let obj = self
+            .objects
+            .entry(m.path.clone())
+            .or_insert_with(|| load_object(Path::new(&m.path)))
+            .as_ref()?;
+        let file_off = ip - m.start + m.offset;
+        let &(off, _, vaddr) = obj
+            .segments
+            .iter()
+            .find(|&&(off, size, _)| file_off >= off && file_off < off + size.max(1))?;
+        Some(file_off - off + vaddr)
+    }
+
+    fn lookup(&mut self, ip: u64) -> SourceLocation {
+        let Some(m) = self.mapping_of(ip).cloned() else {
             return SourceLocation::default();
         };
         let mut loc = SourceLocation {

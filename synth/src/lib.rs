@@ -352,6 +352,20 @@ fn describe_compression(c: &Compression, cap: usize) -> String {
     }
 }
 
+/// Where an instruction without a name lies: "libfoo.so+0x1a08ef" (its file and its address
+/// there, which `addr2line -e` and `objdump` take and which stay the same from run to run),
+/// or its run-time address where no file holds it.
+fn place_in_file(sym: &mut Symbolizer, source: &SourceLocation, ip: u64) -> String {
+    let file = source
+        .object
+        .as_deref()
+        .map(|o| o.rsplit('/').next().unwrap_or(o));
+    match (file, sym.link_address(ip)) {
+        (Some(f), Some(off)) => format!("{f}+{off:#x}"),
+        _ => format!("{ip:#x}"),
+    }
+}
+
 /// Runs both passes and the filters over the trace at `path`.
 pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthError> {
     cfg.validate()?;
@@ -476,7 +490,22 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             .then(sa.ip.cmp(&sb.ip))
     });
     let mut rank = 0usize;
-    for (c, _) in candidates.iter_mut() {
+    // Candidates without a symbol that would have ranked in the top N, and the first of them.
+    let mut unnamed_in_top: (usize, Option<String>) = (0, None);
+    for (c, st) in candidates.iter_mut() {
+        if c.verdict == Verdict::Unsymbolized && rank < cfg.top {
+            unnamed_in_top.0 += 1;
+            unnamed_in_top.1.get_or_insert_with(|| {
+                format!(
+                    "{} ({} {}, {} flagged windows, {} instances)",
+                    place_in_file(&mut sym, &c.source, st.ip),
+                    c.ip,
+                    c.kind.as_str(),
+                    c.flagged_windows,
+                    c.instances
+                )
+            });
+        }
         if c.verdict != Verdict::Kept {
             continue;
         }
@@ -553,6 +582,14 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     // Filter 5 and the patterns.
     let mut patterns = Vec::new();
     let mut notes = Vec::new();
+    if let (n @ 1.., Some(first)) = unnamed_in_top {
+        notes.push(format!(
+            "{n} candidate(s) without a symbol come before the top {} named ones by flagged \
+             windows, the first {first}; --keep-unsymbolized keeps them, named by their file \
+             and address there",
+            cfg.top
+        ));
+    }
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut order: Vec<(usize, Recorder, u64)> = recorders.into_values().collect();
     order.sort_by_key(|(i, _, _)| *i);
@@ -567,7 +604,12 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
         let base = match (&c.source.function, c.source.line) {
             (Some(f), Some(l)) => format!("{f}:{l}-{}", c.kind.as_str()),
             (Some(f), None) => format!("{f}-{}", c.kind.as_str()),
-            _ => format!("{:#x}-{}", st.ip, c.kind.as_str()),
+            // No name: where it is in its file, the same from run to run.
+            _ => format!(
+                "{}-{}",
+                place_in_file(&mut sym, &c.source, st.ip),
+                c.kind.as_str()
+            ),
         };
         let n = names.entry(base.clone()).or_insert(0);
         *n += 1;

@@ -457,6 +457,47 @@ fn dynamic_loader_candidates_are_dropped() {
     );
 }
 
+/// A gather in code without a symbol (a stripped library's internal function): dropped by
+/// default with a note that says where it is and how to keep it, and named by its file and
+/// its address there, which stay the same from run to run, when kept.
+#[test]
+fn unnamed_candidates_are_placed_in_their_file() {
+    use mgbench_capture::trace::Mapping;
+    // This test's own executable: its first page holds headers, which no function covers.
+    let exe = std::env::current_exe().unwrap();
+    let file = exe.file_name().unwrap().to_str().unwrap().to_string();
+    let maps = [Mapping {
+        start: 0x7000_0000,
+        end: 0x7000_1000,
+        offset: 0,
+        path: exe.display().to_string(),
+        perms: "r-xp".into(),
+    }];
+    let v: Vec<_> = randoms(20_000, 4096, 3)
+        .into_iter()
+        .map(|c| load(0x7000_0100, c))
+        .collect();
+    let path = temp("unnamed.mgbt");
+    write_trace_mapped(&path, &maps, &v, 4096);
+    let r = synthesize(&path, &SynthConfig::default()).unwrap();
+    assert!(r.patterns.is_empty(), "{:?}", r.candidates);
+    let place = format!("{file}+0x100");
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("1 candidate(s) without a symbol")
+                && n.contains(&place)
+                && n.contains("--keep-unsymbolized")),
+        "{:?}",
+        r.notes
+    );
+    // (The tests' configuration keeps them.)
+    let r = synthesize(&path, &cfg()).unwrap();
+    assert_eq!(r.patterns.len(), 1);
+    assert_eq!(r.patterns[0].name, format!("{place}-gather"));
+    assert!(r.notes.is_empty(), "{:?}", r.notes);
+}
+
 /// Each candidate instruction got its verdict.
 fn assert_verdicts(r: &mgbench_synth::SynthReport, want: &[(&str, Verdict)]) {
     for (ip, verdict) in want {
