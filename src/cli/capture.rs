@@ -432,9 +432,8 @@ fn dump(file: &Path, limit: Option<usize>, symbols: bool) -> Result<i32> {
                 }
             }
             Frame::Chunk(c) => {
-                let mut k = 0usize;
-                for s in &c.samples {
-                    for a in &c.accesses[k..k + s.len as usize] {
+                for (s, window) in c.windows() {
+                    for a in window {
                         if n >= limit {
                             break 'frames;
                         }
@@ -454,7 +453,6 @@ fn dump(file: &Path, limit: Option<usize>, symbols: bool) -> Result<i32> {
                         writeln!(out)?;
                         n += 1;
                     }
-                    k += s.len as usize;
                 }
             }
             Frame::Note(_) | Frame::End(_) => {}

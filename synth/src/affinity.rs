@@ -695,15 +695,13 @@ impl Router {
         let (lo, hi) = self.span;
         let th = c.thread;
         let mut clock = self.clocks.get(&th).copied().unwrap_or(0);
-        let mut at = 0usize;
-        for s in &c.samples {
+        for (_, window) in c.windows() {
             // A sample starts a new sequence: intervals never cross its boundary.
             if self.sampled && clock > 0 {
                 Self::end(out, th);
                 clock = 0;
             }
-            let end = (at + s.len as usize).min(c.accesses.len());
-            for a in &c.accesses[at..end] {
+            for a in window {
                 if clock == self.limit {
                     Self::end(out, th);
                     clock = 0;
@@ -726,7 +724,6 @@ impl Router {
                     }
                 }
             }
-            at = end;
         }
         self.clocks.insert(th, clock);
     }

@@ -201,8 +201,7 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
         Frame::End(e) => end_skipped = e.skipped,
         Frame::Chunk(c) if cfg.thread.is_none_or(|t| t == c.thread) => {
             let t = c.thread;
-            let mut k = 0usize;
-            for s in &c.samples {
+            for (s, window) in c.windows() {
                 skipped += s.skipped_before;
                 if !full && last_sample.insert(t, s.id) != Some(s.id) {
                     program.end_window(t);
@@ -212,7 +211,7 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
                         f.new_sample(t);
                     }
                 }
-                for a in &c.accesses[k..k + s.len as usize] {
+                for a in window {
                     accesses += 1;
                     recorded += 1;
                     if program.window_accesses(t) >= FOOTPRINT_WINDOW {
@@ -252,7 +251,6 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
                         f.access(t, a);
                     }
                 }
-                k += s.len as usize;
             }
         }
         _ => {}

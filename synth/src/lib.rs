@@ -35,9 +35,7 @@ use std::path::Path;
 
 use mgbench_capture::progress::{CountingReader, Progress};
 use mgbench_capture::symbols::{SourceLocation, Symbolizer};
-use mgbench_capture::trace::{
-    Access, AccessKind, Chunk, Damage, Frame, Mapping, SampleHeader, TraceMeta, TraceReader,
-};
+use mgbench_capture::trace::{AccessKind, Chunk, Damage, Frame, Mapping, TraceMeta, TraceReader};
 use serde::Serialize;
 
 pub use config::{SynthConfig, SynthError};
@@ -224,28 +222,6 @@ pub(crate) fn read_frames(
     })
 }
 
-/// A chunk's sample windows, each with its accesses (one window of all of them when the
-/// headers do not account for exactly the accesses).
-fn samples_of(c: &Chunk) -> Vec<(SampleHeader, &[Access])> {
-    if !c.is_consistent() {
-        let whole = SampleHeader {
-            id: u64::MAX,
-            skipped_before: 1,
-            len: c.accesses.len() as u32,
-        };
-        return vec![(whole, &c.accesses[..])];
-    }
-    let mut at = 0;
-    c.samples
-        .iter()
-        .map(|s| {
-            let window = &c.accesses[at..at + s.len as usize];
-            at += s.len as usize;
-            (*s, window)
-        })
-        .collect()
-}
-
 /// What a pass learns besides the accesses: the header, the mappings, and where the trace
 /// is damaged, if it is.
 type PassInfo = (TraceMeta, Vec<Mapping>, Option<Damage>);
@@ -399,7 +375,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
         |c| {
             let mut windows = windows.borrow_mut();
             windows.set_stack(stacks.borrow_mut().of(c.thread, &c.accesses));
-            for (s, accesses) in samples_of(c) {
+            for (s, accesses) in c.windows() {
                 // An open sample goes on in the thread's next chunk under the same id, skipping
                 // nothing; any other change is a boundary.
                 if at != Some((c.thread, s.id)) || s.skipped_before > 0 {

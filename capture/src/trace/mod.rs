@@ -84,6 +84,18 @@ impl Chunk {
     pub fn is_consistent(&self) -> bool {
         self.samples.iter().map(|s| s.len as u64).sum::<u64>() == self.accesses.len() as u64
     }
+
+    /// Each sample window with its accesses, in order. (A chunk read from a trace is
+    /// consistent; in one that is not, a window is cut short at the last access and
+    /// accesses past the windows are left out.)
+    pub fn windows(&self) -> impl Iterator<Item = (&SampleHeader, &[Access])> {
+        let mut at = 0usize;
+        self.samples.iter().map(move |s| {
+            let start = at.min(self.accesses.len());
+            at = at.saturating_add(s.len as usize);
+            (s, &self.accesses[start..at.min(self.accesses.len())])
+        })
+    }
 }
 
 /// A memory mapping of the traced process, for symbolization.
@@ -350,7 +362,7 @@ pub struct EndInfo {
 
 #[cfg(test)]
 mod tests {
-    use super::Mapping;
+    use super::{Access, AccessKind, Chunk, Mapping, SampleHeader};
 
     #[test]
     fn proc_maps_lines_parse_and_junk_is_skipped() {
@@ -491,5 +503,37 @@ not a mapping line\n";
             ]
         );
         assert!(Mapping::flatten(&[]).is_empty());
+    }
+
+    #[test]
+    fn windows_split_a_chunk_by_its_samples() {
+        let a = |ip: u64| Access {
+            ip,
+            addr: 0,
+            size: 8,
+            kind: AccessKind::Load,
+        };
+        let h = |id: u64, len: u32| SampleHeader {
+            id,
+            skipped_before: 0,
+            len,
+        };
+        let c = Chunk {
+            thread: 0,
+            samples: vec![h(1, 2), h(2, 0), h(3, 1)],
+            accesses: vec![a(1), a(2), a(3)],
+        };
+        let got: Vec<(u64, Vec<u64>)> = c
+            .windows()
+            .map(|(s, w)| (s.id, w.iter().map(|a| a.ip).collect()))
+            .collect();
+        assert_eq!(got, [(1, vec![1, 2]), (2, vec![]), (3, vec![3])]);
+        // Headers that claim more than there is: cut short, no panic.
+        let bad = Chunk {
+            samples: vec![h(1, 2), h(2, 5)],
+            ..c
+        };
+        let lens: Vec<usize> = bad.windows().map(|(_, w)| w.len()).collect();
+        assert_eq!(lens, [2, 1]);
     }
 }
