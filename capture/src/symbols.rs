@@ -283,6 +283,15 @@ impl Symbolizer {
         }
     }
 
+    /// Adds mappings that a trace lists later (a mappings frame), keeping the files loaded.
+    pub fn add_mappings(&mut self, more: &[Mapping]) {
+        self.mappings.extend_from_slice(more);
+        self.mappings.sort_by_key(|m| (m.start, m.end));
+        self.mappings.dedup();
+        // An address resolved before may lie in one of them.
+        self.cache.clear();
+    }
+
     pub fn resolve(&mut self, ip: u64) -> SourceLocation {
         if let Some(hit) = self.cache.get(&ip) {
             return hit.clone();
@@ -455,6 +464,23 @@ mod tests {
         );
         assert_eq!(loc(None, lib).function_or_object(), "?? [libbz2.so.1.0.4]");
         assert_eq!(loc(None, None).function_or_object(), "??");
+    }
+
+    #[test]
+    fn mappings_added_later_are_used() {
+        let exe = std::env::current_exe().unwrap();
+        let mut sym = Symbolizer::new(Vec::new());
+        assert_eq!(sym.resolve(0x7000_0100).object, None);
+        sym.add_mappings(&[Mapping {
+            start: 0x7000_0000,
+            end: 0x7000_1000,
+            offset: 0,
+            path: exe.display().to_string(),
+            perms: "r-xp".into(),
+        }]);
+        let loc = sym.resolve(0x7000_0100);
+        assert_eq!(loc.object, Some(exe.display().to_string()));
+        assert_eq!(sym.link_address(0x7000_0100), Some(0x100));
     }
 
     #[test]

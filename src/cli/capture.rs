@@ -420,15 +420,13 @@ fn dump(file: &Path, limit: Option<usize>, symbols: bool) -> Result<i32> {
         .with_context(|| format!("{}", file.display()))?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut sym = symbols.then(|| Symbolizer::new(Vec::new()));
-    let mut maps = Vec::new();
     let mut n = 0usize;
     let limit = limit.unwrap_or(usize::MAX);
     'frames: while let Some(frame) = r.next_frame()? {
         match frame {
             Frame::Mappings(m) => {
-                if symbols {
-                    maps.extend(m);
-                    sym = Some(Symbolizer::new(maps.clone()));
+                if let Some(sym) = sym.as_mut() {
+                    sym.add_mappings(&m);
                 }
             }
             Frame::Chunk(c) => {
