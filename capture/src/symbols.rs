@@ -150,13 +150,15 @@ impl ElfImage {
         })
     }
 
-    /// Functions named `name` (demangled, raw, or demangled without its hash/arguments).
+    /// Functions named `name`: demangled or raw, or as a C++ programmer names one, as gdb
+    /// takes it (see [`call_names`]: `k::gather` is every `k::gather<T>(...)`).
     pub fn find_function(&self, name: &str) -> Result<Vec<&FunctionSymbol>, SymbolError> {
-        let base = |n: &str| n.split('(').next().unwrap_or(n).to_string();
         let hits: Vec<&FunctionSymbol> = self
             .functions
             .iter()
-            .filter(|f| f.name == name || f.raw_name == name || base(&f.name) == name)
+            .filter(|f| {
+                f.name == name || f.raw_name == name || call_names(&f.name).any(|n| n == name)
+            })
             .collect();
         if !hits.is_empty() {
             return Ok(hits);
@@ -167,6 +169,76 @@ impl ElfImage {
             close: close_matches(name, self.functions.iter().map(|f| f.name.as_str())),
         })
     }
+}
+
+/// The names a demangled function name answers to, besides itself: without its parameters
+/// and return type (`double k::gather<double>(std::vector<...> const&)` is
+/// `k::gather<double>`), without its template arguments (`k::gather`), and its last
+/// component alone (`gather<double>`, `gather`). Brackets nest: `<...>` and `(...)` inside
+/// template arguments do not cut.
+pub fn call_names(demangled: &str) -> impl Iterator<Item = &str> {
+    // Outside any <...> or (...): the first '(' ends the name, the last ' ' before it starts it.
+    let (mut depth, mut start, mut end) = (0i32, 0usize, demangled.len());
+    for (i, ch) in demangled.char_indices() {
+        match ch {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            '(' if depth == 0 => {
+                end = i;
+                break;
+            }
+            ' ' if depth == 0 => start = i + 1,
+            _ => {}
+        }
+    }
+    let qualified = &demangled[start.min(end)..end];
+    // Trailing template arguments: from the '<' that the final '>' closes.
+    let untemplated = match qualified.strip_suffix('>') {
+        Some(_) => {
+            let mut d = 0i32;
+            let mut cut = qualified.len();
+            for (i, ch) in qualified.char_indices().rev() {
+                match ch {
+                    '>' => d += 1,
+                    '<' => {
+                        d -= 1;
+                        if d == 0 {
+                            cut = i;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            &qualified[..cut]
+        }
+        None => qualified,
+    };
+    // The last component: after the final "::" outside brackets (the untemplated name has none
+    // at its end, so its final "::" is the one).
+    let tail_of = |s: &str| -> usize {
+        let mut d = 0i32;
+        let mut at = 0usize;
+        let b = s.as_bytes();
+        for i in 0..b.len() {
+            match b[i] {
+                b'<' => d += 1,
+                b'>' => d -= 1,
+                b':' if d == 0 && i + 1 < b.len() && b[i + 1] == b':' => at = i + 2,
+                _ => {}
+            }
+        }
+        at
+    };
+    let tail = tail_of(untemplated);
+    [
+        qualified,
+        untemplated,
+        &qualified[tail.min(qualified.len())..],
+        &untemplated[tail..],
+    ]
+    .into_iter()
+    .filter(|n| !n.is_empty())
 }
 
 /// A symbol table entry that is a function, as a [`FunctionSymbol`].
@@ -481,6 +553,39 @@ mod tests {
         let loc = sym.resolve(0x7000_0100);
         assert_eq!(loc.object, Some(exe.display().to_string()));
         assert_eq!(sym.link_address(0x7000_0100), Some(0x100));
+    }
+
+    #[test]
+    fn cpp_functions_answer_to_the_names_a_programmer_uses() {
+        fn names(d: &str) -> Vec<&str> {
+            call_names(d).collect()
+        }
+        let f = "double k::gather<double>(std::vector<double, std::allocator<double> > const&, \
+                 std::vector<unsigned int, std::allocator<unsigned int> > const&)";
+        assert_eq!(
+            names(f),
+            ["k::gather<double>", "k::gather", "gather<double>", "gather"]
+        );
+        // Template arguments with spaces and parentheses, a method, a C function.
+        assert_eq!(
+            names("std::vector<int, std::allocator<int> >::push_back(int const&)"),
+            [
+                "std::vector<int, std::allocator<int> >::push_back",
+                "std::vector<int, std::allocator<int> >::push_back",
+                "push_back",
+                "push_back"
+            ]
+        );
+        assert_eq!(
+            names("void ns::apply<void (*)(int)>(void (*)(int))"),
+            [
+                "ns::apply<void (*)(int)>",
+                "ns::apply",
+                "apply<void (*)(int)>",
+                "apply"
+            ]
+        );
+        assert_eq!(names("gather_sum"), ["gather_sum"; 4]);
     }
 
     #[test]

@@ -34,7 +34,7 @@ use std::io::BufReader;
 use std::path::Path;
 
 use mgbench_capture::progress::{CountingReader, Progress};
-use mgbench_capture::symbols::{SourceLocation, Symbolizer};
+use mgbench_capture::symbols::{call_names, SourceLocation, Symbolizer};
 use mgbench_capture::trace::{AccessKind, Chunk, Damage, Frame, Mapping, TraceMeta, TraceReader};
 use serde::Serialize;
 
@@ -577,7 +577,9 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             continue;
         }
         let r = rec.finish();
-        let base = match (&c.source.function, c.source.line) {
+        // C++ names without return type and parameters: `k::gather<double>`.
+        let short = |f: &str| call_names(f).next().unwrap_or(f).to_string();
+        let base = match (c.source.function.as_deref().map(short), c.source.line) {
             (Some(f), Some(l)) => format!("{f}:{l}-{}", c.kind.as_str()),
             (Some(f), None) => format!("{f}-{}", c.kind.as_str()),
             // No name: where it is in its file, the same from run to run.
