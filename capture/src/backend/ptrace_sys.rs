@@ -165,6 +165,38 @@ pub fn write_memory(tid: Pid, addr: u64, data: &[u8]) -> bool {
     usize::try_from(n).is_ok_and(|n| n == data.len())
 }
 
+/// Sets a stopped tracee's hardware execution breakpoints (x86 debug registers DR0-DR3) at
+/// `addrs` (at most 4; an empty list clears them). False if the kernel refused a register.
+pub fn set_exec_breakpoints(tid: Pid, addrs: &[u64]) -> bool {
+    let offset =
+        |i: usize| std::mem::offset_of!(libc::user, u_debugreg) + i * std::mem::size_of::<u64>();
+    let poke = |i: usize, value: u64| {
+        // SAFETY: PTRACE_POKEUSER writes one word of the stopped tracee's `struct user`;
+        // the kernel checks the offset and the value (a debug register).
+        unsafe {
+            libc::ptrace(
+                libc::PTRACE_POKEUSER,
+                tid.as_raw(),
+                offset(i) as *mut libc::c_void,
+                value as *mut libc::c_void,
+            ) == 0
+        }
+    };
+    // DR7 off first, so that no half-set breakpoint fires; then the addresses, then DR7:
+    // local enable (bit 2i) for each, condition "execute" and length 1 (both 0).
+    if !poke(7, 0) {
+        return false;
+    }
+    let mut dr7 = 0u64;
+    for (i, &a) in addrs.iter().take(4).enumerate() {
+        if !poke(i, a) {
+            return false;
+        }
+        dr7 |= 1 << (2 * i);
+    }
+    dr7 == 0 || poke(7, dr7)
+}
+
 /// The yama ptrace restriction level (0 = classic), if the LSM is present.
 pub fn ptrace_scope() -> Option<u32> {
     std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
