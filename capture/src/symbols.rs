@@ -327,7 +327,8 @@ impl SourceLocation {
     }
 }
 
-fn short_path(p: &str) -> &str {
+/// The last component of a path: a file's name.
+pub fn short_path(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
@@ -385,6 +386,12 @@ impl Symbolizer {
     /// `addr2line -e FILE` and `objdump` take), which stays the same from run to run where
     /// `ip` does not (a shared library or PIE loads anywhere).
     pub fn link_address(&mut self, ip: u64) -> Option<u64> {
+        self.object_at(ip).map(|(_, addr)| addr)
+    }
+
+    /// The file mapped at `ip` (loaded once) and `ip`'s link-time address in it, through the
+    /// mapping's file offset and the PT_LOAD segment that holds it.
+    fn object_at(&mut self, ip: u64) -> Option<(&LoadedObject, u64)> {
         let m = self
             .mapping_of(ip)
             .filter(|m| m.path.starts_with('/'))?
@@ -399,36 +406,21 @@ impl Symbolizer {
             .segments
             .iter()
             .find(|&&(off, size, _)| file_off >= off && file_off < off + size.max(1))?;
-        Some(file_off - off + vaddr)
+        Some((obj, file_off - off + vaddr))
     }
 
     fn lookup(&mut self, ip: u64) -> SourceLocation {
-        let Some(m) = self.mapping_of(ip).cloned() else {
+        let Some(m) = self.mapping_of(ip) else {
             return SourceLocation::default();
         };
+        // ([heap], [stack], [vdso]... have no file to read.)
         let mut loc = SourceLocation {
             object: Some(m.path.clone()),
             ..SourceLocation::default()
         };
-        if !m.path.starts_with('/') {
-            return loc; // [heap], [stack], [vdso]...
-        }
-        let obj = self
-            .objects
-            .entry(m.path.clone())
-            .or_insert_with(|| load_object(Path::new(&m.path)));
-        let Some(obj) = obj else {
+        let Some((obj, elf_addr)) = self.object_at(ip) else {
             return loc;
         };
-        let file_off = ip - m.start + m.offset;
-        let Some(&(off, _, vaddr)) = obj
-            .segments
-            .iter()
-            .find(|&&(off, size, _)| file_off >= off && file_off < off + size.max(1))
-        else {
-            return loc;
-        };
-        let elf_addr = file_off - off + vaddr;
         loc.function = obj.loader.find_symbol(elf_addr).map(demangle);
         if let Ok(Some(l)) = obj.loader.find_location(elf_addr) {
             loc.file = l.file.map(str::to_string);
@@ -459,7 +451,7 @@ fn load_object(path: &Path) -> Option<LoadedObject> {
 /// Whether the file at `path` is a dynamic loader (glibc's `ld-linux-x86-64.so.2`, musl's
 /// `ld-musl-x86_64.so.1`, or `ld64.so.*`), by its name.
 pub fn is_dynamic_loader(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
+    let name = short_path(path);
     name.starts_with("ld-linux") || name.starts_with("ld-musl") || name.starts_with("ld64.so")
 }
 

@@ -34,7 +34,7 @@ use std::io::BufReader;
 use std::path::Path;
 
 use mgbench_capture::progress::{CountingReader, Progress};
-use mgbench_capture::symbols::{call_names, SourceLocation, Symbolizer};
+use mgbench_capture::symbols::{call_names, short_path, SourceLocation, Symbolizer};
 use mgbench_capture::trace::{AccessKind, Chunk, Damage, Frame, Mapping, TraceMeta, TraceReader};
 use serde::Serialize;
 
@@ -332,10 +332,7 @@ fn describe_compression(c: &Compression, cap: usize) -> String {
 /// there, which `addr2line -e` and `objdump` take and which stay the same from run to run),
 /// or its run-time address where no file holds it.
 fn place_in_file(sym: &mut Symbolizer, source: &SourceLocation, ip: u64) -> String {
-    let file = source
-        .object
-        .as_deref()
-        .map(|o| o.rsplit('/').next().unwrap_or(o));
+    let file = source.object.as_deref().map(short_path);
     match (file, sym.link_address(ip)) {
         (Some(f), Some(off)) => format!("{f}+{off:#x}"),
         _ => format!("{ip:#x}"),

@@ -545,9 +545,9 @@ extern "C" fn roi_leave(vcpu: c_uint, _udata: *mut c_void) {
     }
 }
 
-/// Whether the 8 bytes at `slot` (read without trusting it) hold a return address: one that follows a call instruction, as a call's push leaves at a
-/// function's entry (a direct call, to the function or to its PLT stub, or a call through a
-/// pointer).
+/// Whether the 8 bytes at `slot` (read without trusting it) hold a return address: one that
+/// follows a call instruction, as a call's push leaves at a function's entry (a direct call,
+/// to the function or to its PLT stub, or a call through a pointer).
 fn is_return_slot(slot: u64) -> bool {
     let mut word = [0u8; 8];
     if sys::read_own(slot, &mut word) != 8 {
@@ -974,11 +974,6 @@ fn note_mappings(p: &Plugin, vaddr: u64) {
 extern "C" fn syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
     fds::after_syscall(vcpu, num, ret);
     clone_returned(num, ret);
-    // The new thread sees 0 (and its own copy of the value, 0 too).
-    let sp = NEW_STACK.with(|s| s.take());
-    if sp != 0 && ret > 0 {
-        name_thread_stack(plugin(), sp);
-    }
     // x86-64 system call numbers.
     const MMAP: i64 = 9;
     const BRK: i64 = 12;
@@ -1091,6 +1086,11 @@ fn clone_returned(num: i64, ret: i64) {
     // The child's copy of the flag is taken too (a fork's child sees 0).
     if FORKING.with(|f| f.take()) && ret > 0 {
         CHILDREN.fetch_add(1, Ordering::Relaxed);
+    }
+    // Set by a capture's thread-creating call (the new thread sees 0, and its own copy, 0).
+    let sp = NEW_STACK.with(|s| s.take());
+    if sp != 0 && ret > 0 {
+        name_thread_stack(plugin(), sp);
     }
     if matches!(num, CLONE | CLONE3) && ret != 0 {
         switch::clone_ended();

@@ -128,9 +128,8 @@ struct ThreadState {
     /// When the thread last went native, and when its pause ends (timed mode).
     native_since: Instant,
     due: Option<Instant>,
-    /// Inside the ROI while 1 (inclusive ROI), until the `ret` that loads `roi_return`.
-    roi_depth: u64,
-    /// Where the return address of the ROI's open entry lies (its stack pointer then).
+    /// Where the return address of the ROI's open entry lies (its stack pointer then): inside
+    /// an inclusive ROI while set, until the `ret` that loads it.
     roi_return: Option<u64>,
     /// The thread's own CPU mask while it steps on the tracer's CPU (see [`Pin`]).
     restore: Option<CpuMask>,
@@ -255,7 +254,6 @@ impl Tracer {
                 budget: self.interval / 2,
                 native_since: Instant::now(),
                 due: None,
-                roi_depth: 0,
                 roi_return: None,
                 restore: None,
                 pinned_call: None,
@@ -480,15 +478,13 @@ impl Tracer {
         }
         if starts && t.roi_return.is_none() {
             t.roi_return = Some(regs.rsp);
-            t.roi_depth = 1;
         } else if t.roi_return == Some(regs.rsp) && decoded.as_ref().is_some_and(is_ret) {
             t.roi_return = None;
-            t.roi_depth = 0;
         }
         let recording = match self.roi {
             Roi::None => true,
             Roi::Exclusive => in_roi,
-            Roi::Inclusive => t.roi_depth > 0,
+            Roi::Inclusive => t.roi_return.is_some(),
         };
         if self.roi == Roi::Inclusive && !recording && self.wait_for_roi(tid) {
             return Ok(());

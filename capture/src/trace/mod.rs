@@ -230,12 +230,10 @@ impl Mapping {
             }
             let owner = maps[first..]
                 .iter()
-                .enumerate()
-                .take_while(|(_, m)| m.start <= lo)
-                .filter(|(_, m)| hi <= m.end)
-                .min_by_key(|(_, m)| m.end - m.start)
-                .map(|(i, _)| first + i);
-            let Some(m) = owner.map(|i| maps[i]) else {
+                .take_while(|m| m.start <= lo)
+                .filter(|m| hi <= m.end)
+                .min_by_key(|m| m.end - m.start);
+            let Some(&m) = owner else {
                 continue;
             };
             let offset = m.offset + (lo - m.start);
