@@ -9,6 +9,7 @@ set -euo pipefail
 packages=()
 need() { command -v "$1" >/dev/null 2>&1 || packages+=("$2"); }
 need gcc build-essential       # C reference loops, demo apps (scripts/apps), -sys crates
+need gfortran gfortran         # Fortran programs in the capture tests (module procedures, OpenMP)
 need python3 python3           # scripts/*.py
 need qemu-x86_64 qemu-user     # capture --backend qemu (the default)
 need valgrind valgrind         # lackey: the oracle for per-instruction access counts in tests

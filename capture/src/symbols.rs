@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use object::read::ReadCache;
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use crate::trace::Mapping;
 
@@ -64,21 +64,116 @@ pub struct ElfImage {
     /// file's first page); runtime start of that mapping minus this is the load bias.
     pub load_base: u64,
     pub functions: Vec<FunctionSymbol>,
+    /// The file that holds its DWARF (itself, or its separate debug file), where
+    /// [`ElfImage::find_code`] finds the copies of a function that the compiler inlined.
+    pub dwarf: Option<PathBuf>,
+}
+
+/// Where a function's code lies in an executable, at link-time addresses (`--roi`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FunctionCode {
+    /// Out-of-line copies, entered by calls: the function and the compiler's clones of it
+    /// (`.constprop.N`, `.isra.N`, `.part.N`).
+    pub entries: Vec<(u64, u64)>,
+    /// Parts split off an out-of-line copy (`.cold`), reached by jumps from it.
+    pub parts: Vec<(u64, u64)>,
+    /// Copies the compiler inlined into callers (from DWARF's inlined subroutines; nested
+    /// inlining included), entered without a call.
+    pub inlined: Vec<InlinedCopy>,
+}
+
+/// A copy of a function inlined into another function's code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InlinedCopy {
+    pub start: u64,
+    pub end: u64,
+    /// The function whose symbol holds the copy (`None` where no symbol does).
+    pub caller: Option<FunctionSymbol>,
+}
+
+impl FunctionCode {
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.parts.is_empty() && self.inlined.is_empty()
+    }
 }
 
 /// A symbol's readable name: Rust and C++ names demangled, anything else as it is, without a
 /// symbol version (`pthread_mutex_lock@@GLIBC_2.2.5` in a debug file's table). Only names
 /// with a mangling prefix (`_Z`, `_R`) are demangled: a demangler also reads bare type codes,
 /// so a C function named `h` or `i` would come out as "unsigned char" or "int".
+///
+/// Fortran module procedures are named as gdb names them: gfortran's `__kernels_MOD_spmv`
+/// and flang's `_QMkernelsPspmv` are `kernels::spmv`, flang's external `_QPspmv` is `spmv`.
 pub fn demangle(name: &str) -> String {
     let name = match name.find('@') {
         Some(at) if at > 0 => &name[..at],
         _ => name,
     };
+    let (base, _) = clone_base(name);
+    if let Some(f) = fortran_name(base) {
+        return f + &name[base.len()..];
+    }
     if !(name.starts_with("_Z") || name.starts_with("_R")) {
         return name.to_string();
     }
     addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned()
+}
+
+/// A Fortran compiler's name for a module procedure or (flang) an external procedure, as
+/// `module::procedure` or `procedure`.
+fn fortran_name(name: &str) -> Option<String> {
+    let ident =
+        |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if let Some(rest) = name.strip_prefix("__") {
+        // gfortran: __MODULE_MOD_PROCEDURE (module names may hold underscores; the first
+        // "_MOD_" ends it, as gfortran's own demangling in gdb takes it).
+        let (module, proc) = rest.split_once("_MOD_")?;
+        return (ident(module) && ident(proc)).then(|| format!("{module}::{proc}"));
+    }
+    // flang: _QM<module>P<procedure>, _QP<procedure> (names are lower case there, so the
+    // upper-case letters delimit).
+    let rest = name.strip_prefix("_Q")?;
+    let lower = |s: &str| {
+        ident(s)
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    };
+    if let Some(p) = rest.strip_prefix('P') {
+        return lower(p).then(|| p.to_string());
+    }
+    let (module, proc) = rest.strip_prefix('M')?.split_once('P')?;
+    (lower(module) && lower(proc)).then(|| format!("{module}::{proc}"))
+}
+
+/// GCC's and LLVM's suffixes for copies of a function (`gather.constprop.0`,
+/// `gather.isra.0.cold`, `f.llvm.123`), and GCC's for the outlined body of an OpenMP
+/// parallel region (`spmv._omp_fn.0`, which every thread of the team calls): the name
+/// without them, and whether the copy is a split-off cold part (reached by jumps, not
+/// calls).
+pub fn clone_base(raw: &str) -> (&str, bool) {
+    const CLONES: [&str; 11] = [
+        "constprop",
+        "isra",
+        "part",
+        "cold",
+        "lto_priv",
+        "localalias",
+        "llvm",
+        "clone",
+        "specialized",
+        "_omp_fn",
+        "_omp_cpyfn",
+    ];
+    let mut base = raw;
+    for (i, _) in raw.match_indices('.') {
+        let word = raw[i + 1..].split('.').next().unwrap_or("");
+        if i > 0 && CLONES.contains(&word) {
+            base = &raw[..i];
+            break;
+        }
+    }
+    let cold = raw[base.len()..].split('.').any(|w| w == "cold");
+    (base, cold)
 }
 
 impl ElfImage {
@@ -114,12 +209,17 @@ impl ElfImage {
                 arch: format!("{:?}", file.architecture()),
             });
         }
-        // A stripped program's full symbol table may be in a separate debug file.
+        // A stripped program's full symbol table, and the DWARF of a program built without
+        // -g or stripped, may be in a separate debug file.
         let stripped = file.symbols().next().is_none();
-        // (Read as needed: a debug file may be far larger than the symbol table wanted here.)
-        let debug_cache = stripped
+        let has_dwarf = file.section_by_name(".debug_info").is_some();
+        let debug_path = (stripped || !has_dwarf)
             .then(|| debug_file(path, &file))
-            .flatten()
+            .flatten();
+        // (Read as needed: a debug file may be far larger than the symbol table wanted here.)
+        let debug_cache = debug_path
+            .as_ref()
+            .filter(|_| stripped)
             .and_then(|d| std::fs::File::open(d).ok())
             .map(ReadCache::new);
         let debug = debug_cache
@@ -147,28 +247,243 @@ impl ElfImage {
             entry: file.entry(),
             is_pie: file.kind() == object::ObjectKind::Dynamic,
             functions,
+            dwarf: if has_dwarf {
+                Some(path.to_path_buf())
+            } else {
+                debug_path
+            },
         })
     }
 
     /// Functions named `name`: demangled or raw, or as a C++ programmer names one, as gdb
-    /// takes it (see [`call_names`]: `k::gather` is every `k::gather<T>(...)`).
+    /// takes it (see [`call_names`]: `k::gather` is every `k::gather<T>(...)`), with the
+    /// compiler's clones of them (see [`clone_base`]).
     pub fn find_function(&self, name: &str) -> Result<Vec<&FunctionSymbol>, SymbolError> {
-        let hits: Vec<&FunctionSymbol> = self
+        let mut hits: Vec<&FunctionSymbol> = self
             .functions
             .iter()
-            .filter(|f| {
-                f.name == name || f.raw_name == name || call_names(&f.name).any(|n| n == name)
-            })
+            .filter(|f| answers_to(f, name))
             .collect();
+        if hits.is_empty() {
+            // A Fortran external procedure: gfortran appends an underscore (`spmv_`), and
+            // gdb takes the name without it.
+            hits = self
+                .functions
+                .iter()
+                .filter(|f| f.raw_name.strip_suffix('_') == Some(name))
+                .collect();
+        }
         if !hits.is_empty() {
             return Ok(hits);
         }
-        Err(SymbolError::UnknownFunction {
+        Err(self.unknown(name))
+    }
+
+    /// All code of the function `name`, as gdb finds it for a breakpoint: its out-of-line
+    /// copies by symbol (as [`ElfImage::find_function`]), and the copies the compiler
+    /// inlined into other functions by DWARF, where the program has DWARF (`-g`) or a
+    /// separate debug file. A `static` function that `-O2` inlined everywhere has no symbol
+    /// at all, only those.
+    pub fn find_code(&self, name: &str) -> Result<FunctionCode, SymbolError> {
+        let mut code = FunctionCode::default();
+        if let Ok(functions) = self.find_function(name) {
+            for f in functions {
+                let range = (f.start, f.start + f.size.max(1));
+                if clone_base(&f.raw_name).1 {
+                    code.parts.push(range);
+                } else {
+                    code.entries.push(range);
+                }
+            }
+        }
+        if let Some(dwarf) = &self.dwarf {
+            for (start, end) in inlined_copies(dwarf, name) {
+                // A copy inside an out-of-line copy of the function itself is its code already.
+                let own = |r: &(u64, u64)| start >= r.0 && end <= r.1;
+                if code.entries.iter().chain(&code.parts).any(own) {
+                    continue;
+                }
+                code.inlined.push(InlinedCopy {
+                    start,
+                    end,
+                    caller: self.function_at(start).cloned(),
+                });
+            }
+        }
+        code.entries.sort_unstable();
+        code.entries.dedup();
+        code.parts.sort_unstable();
+        code.parts.dedup();
+        code.inlined.sort_by_key(|c| (c.start, c.end));
+        code.inlined.dedup_by_key(|c| (c.start, c.end));
+        if code.is_empty() {
+            return Err(self.unknown(name));
+        }
+        Ok(code)
+    }
+
+    /// The function whose symbol holds link-time address `addr` (the narrowest).
+    pub fn function_at(&self, addr: u64) -> Option<&FunctionSymbol> {
+        self.functions
+            .iter()
+            .filter(|f| addr >= f.start && addr < f.start + f.size)
+            .min_by_key(|f| f.size)
+    }
+
+    fn unknown(&self, name: &str) -> SymbolError {
+        SymbolError::UnknownFunction {
             name: name.to_string(),
             path: self.path.clone(),
             close: close_matches(name, self.functions.iter().map(|f| f.name.as_str())),
-        })
+        }
     }
+}
+
+/// Whether function symbol `f` answers to `name` (see [`ElfImage::find_function`]).
+fn answers_to(f: &FunctionSymbol, name: &str) -> bool {
+    if f.name == name || f.raw_name == name {
+        return true;
+    }
+    let base = clone_base(&f.raw_name).0;
+    if base == name {
+        return true;
+    }
+    let demangled = if base.len() == f.raw_name.len() {
+        Cow::Borrowed(f.name.as_str())
+    } else {
+        Cow::Owned(demangle(base))
+    };
+    demangled == name || call_names(&demangled).any(|n| n == name)
+}
+
+/// The address ranges of every inlined copy of function `name` in the DWARF of the file at
+/// `path` (empty where it cannot be read). A copy's `DW_AT_abstract_origin` leads to the
+/// function's abstract entry, which is named there or through its own origin or
+/// specification (a C++ method's declaration in its class); the name is matched as
+/// [`answers_to`] matches symbols, with the entry's namespaces, classes and Fortran module
+/// as its qualification (`k::gather`, `kernels::spmv`).
+fn inlined_copies(path: &Path, name: &str) -> Vec<(u64, u64)> {
+    use addr2line::gimli;
+    let Ok(data) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let Ok(file) = object::File::parse(&*data) else {
+        return Vec::new();
+    };
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let Ok(sections) = gimli::DwarfSections::load(|id| -> Result<Cow<[u8]>, gimli::Error> {
+        Ok(file
+            .section_by_name(id.name())
+            .and_then(|s| s.uncompressed_data().ok())
+            .unwrap_or(Cow::Borrowed(&[])))
+    }) else {
+        return Vec::new();
+    };
+    let dwarf = sections.borrow(|s| gimli::EndianSlice::new(s, endian));
+    // The last component of the name, without template arguments: an entry whose names do
+    // not contain it is not demangled.
+    let tail = call_names(name).last().unwrap_or(name).to_string();
+    // Subprogram entries by global offset: whether their own names answer, and the entry
+    // they refer to for the rest.
+    let mut named: HashMap<usize, (bool, Option<usize>)> = HashMap::new();
+    let mut copies: Vec<(usize, Vec<(u64, u64)>)> = Vec::new();
+    let mut units = dwarf.units();
+    while let Ok(Some(header)) = units.next() {
+        let Ok(unit) = dwarf.unit(header) else {
+            continue;
+        };
+        let global = |v: gimli::AttributeValue<_>| match v {
+            gimli::AttributeValue::UnitRef(o) => o.to_debug_info_offset(&unit.header).map(|o| o.0),
+            gimli::AttributeValue::DebugInfoRef(o) => Some(o.0),
+            _ => None,
+        };
+        let string = |e: &gimli::DebuggingInformationEntry<_>, at| {
+            e.attr_value(at)
+                .and_then(|v| dwarf.attr_string(&unit, v).ok())
+                .map(|s| s.to_string_lossy().into_owned())
+        };
+        // Enclosing namespaces, classes and modules: (depth, name).
+        let mut scopes: Vec<(isize, String)> = Vec::new();
+        let mut entries = unit.entries();
+        while let Ok(Some(e)) = entries.next_dfs() {
+            while scopes.last().is_some_and(|&(d, _)| d >= e.depth()) {
+                scopes.pop();
+            }
+            let tag = e.tag();
+            if matches!(
+                tag,
+                gimli::DW_TAG_namespace
+                    | gimli::DW_TAG_class_type
+                    | gimli::DW_TAG_structure_type
+                    | gimli::DW_TAG_union_type
+                    | gimli::DW_TAG_module
+            ) {
+                if let Some(n) = string(e, gimli::DW_AT_name) {
+                    scopes.push((e.depth(), n));
+                }
+            } else if tag == gimli::DW_TAG_subprogram {
+                let Some(at) = e.offset().to_debug_info_offset(&unit.header) else {
+                    continue;
+                };
+                let own = string(e, gimli::DW_AT_name);
+                let linkage = string(e, gimli::DW_AT_linkage_name)
+                    .or_else(|| string(e, gimli::DW_AT_MIPS_linkage_name));
+                let answers = own.as_deref().is_some_and(|n| {
+                    let qualified: Vec<&str> = scopes
+                        .iter()
+                        .map(|(_, s)| s.as_str())
+                        .chain(std::iter::once(n))
+                        .collect();
+                    n == name || call_names(&qualified.join("::")).any(|q| q == name)
+                }) || linkage.as_deref().is_some_and(|l| {
+                    l == name
+                        || (l.contains(&tail) || l.starts_with("_Z")) && {
+                            let d = demangle(l);
+                            d == name || call_names(&d).any(|q| q == name)
+                        }
+                });
+                let refers = e
+                    .attr_value(gimli::DW_AT_abstract_origin)
+                    .or_else(|| e.attr_value(gimli::DW_AT_specification))
+                    .and_then(global);
+                named.insert(at.0, (answers, refers));
+            } else if tag == gimli::DW_TAG_inlined_subroutine {
+                let Some(origin) = e.attr_value(gimli::DW_AT_abstract_origin).and_then(global)
+                else {
+                    continue;
+                };
+                let mut ranges = Vec::new();
+                if let Ok(mut it) = dwarf.die_ranges(&unit, e) {
+                    while let Ok(Some(r)) = it.next() {
+                        if r.begin < r.end {
+                            ranges.push((r.begin, r.end));
+                        }
+                    }
+                }
+                copies.push((origin, ranges));
+            }
+        }
+    }
+    let answers = |mut at: usize| {
+        // (Bounded: a malformed file's references could loop.)
+        for _ in 0..8 {
+            match named.get(&at) {
+                Some(&(true, _)) => return true,
+                Some(&(false, Some(next))) => at = next,
+                _ => return false,
+            }
+        }
+        false
+    };
+    copies
+        .into_iter()
+        .filter(|(origin, _)| answers(*origin))
+        .flat_map(|(_, ranges)| ranges)
+        .collect()
 }
 
 /// The names a demangled function name answers to, besides itself: without its parameters
@@ -593,6 +908,58 @@ mod tests {
         );
         assert_eq!(demangle("memcpy@GLIBC_2.2.5"), "memcpy");
         assert!(demangle("_ZN4core3fmt5write17h0123456789abcdefE").starts_with("core::fmt::write"));
+    }
+
+    #[test]
+    fn fortran_names_read_as_gdb_reads_them() {
+        assert_eq!(demangle("__kernels_MOD_spmv"), "kernels::spmv");
+        assert_eq!(demangle("__my_mod_MOD_do_it"), "my_mod::do_it");
+        assert_eq!(
+            demangle("__kernels_MOD_spmv._omp_fn.0"),
+            "kernels::spmv._omp_fn.0"
+        );
+        assert_eq!(demangle("_QMkernelsPspmv"), "kernels::spmv");
+        assert_eq!(demangle("_QPaxpy"), "axpy");
+        // Not Fortran: left alone.
+        for n in [
+            "__libc_start_main",
+            "__x_MOD_",
+            "_QQmain",
+            "_QMKernelsPspmv",
+            "MAIN__",
+        ] {
+            assert_eq!(demangle(n), n);
+        }
+    }
+
+    #[test]
+    fn compiler_clones_are_told_from_their_function() {
+        assert_eq!(clone_base("gather.constprop.0"), ("gather", false));
+        assert_eq!(clone_base("gather.isra.0.cold"), ("gather", true));
+        assert_eq!(clone_base("gather.cold"), ("gather", true));
+        assert_eq!(clone_base("spmv._omp_fn.1"), ("spmv", false));
+        assert_eq!(clone_base("f.llvm.1234567"), ("f", false));
+        assert_eq!(clone_base("gather"), ("gather", false));
+        // Dots that are not a clone's suffix stay (a local label, a leading dot).
+        assert_eq!(clone_base("a.b"), ("a.b", false));
+        assert_eq!(clone_base(".cold"), (".cold", false));
+        let f = |raw: &str| FunctionSymbol {
+            name: demangle(raw),
+            raw_name: raw.to_string(),
+            start: 0,
+            size: 1,
+        };
+        assert!(answers_to(&f("gather.constprop.0"), "gather"));
+        assert!(answers_to(&f("__kernels_MOD_spmv._omp_fn.0"), "spmv"));
+        assert!(answers_to(
+            &f("__kernels_MOD_spmv._omp_fn.0"),
+            "kernels::spmv"
+        ));
+        assert!(answers_to(
+            &f("_ZN1k6gatherIdEEdPKdPKim.constprop.0"),
+            "k::gather"
+        ));
+        assert!(!answers_to(&f("gatherer"), "gather"));
     }
 
     #[test]

@@ -222,6 +222,9 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
         report.trace.display(),
         report.trace_bytes,
     );
+    for n in &report.notes {
+        eprintln!("mgbench: note: {n}");
+    }
     for w in &report.warnings {
         eprintln!("mgbench: warning: {w}");
     }

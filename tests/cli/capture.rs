@@ -446,6 +446,260 @@ fn func_range(prog: &str, name: &str) -> (u64, u64) {
     (f.start, f.start + f.size)
 }
 
+/// Accesses of a trace by where their instructions come from: (function, source line).
+fn by_source(t: &Trace) -> HashMap<(String, u32), u64> {
+    let mut sym = Symbolizer::new(t.mappings.clone());
+    let mut out = HashMap::new();
+    for a in t.chunks.iter().flat_map(|c| c.accesses.iter()) {
+        let loc = sym.resolve(a.ip);
+        *out.entry((loc.function_or_object(), loc.line.unwrap_or(0)))
+            .or_insert(0) += 1;
+    }
+    out
+}
+
+/// `--roi` of a function that `-O2` inlined everywhere (a `static` function called once has
+/// no symbol at all; mgbench said "no function named"): its copies are found in DWARF, as
+/// gdb finds them for a breakpoint. Inclusive: the copies and what they call (`touch`);
+/// exclusive: the copies alone; the caller's own code in neither. By source line, the
+/// counts equal a full capture's, with QEMU and with ptrace (which runs natively until the
+/// caller's entry).
+#[test]
+fn roi_finds_the_copies_the_compiler_inlined() {
+    if !need_qemu("ROI of an inlined function") {
+        return;
+    }
+    const SRC: &str = r#"#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) long touch(const long *p) { return p[1] * 3; }
+static long gather(const long *t, const int *idx, int n) {
+  long s = 0;
+  for (int i = 0; i < n; i++)
+    s += t[idx[i]];
+  return s + touch(t);
+}
+int main(int argc, char **argv) {
+  int n = 1000 + argc;
+  long *t = malloc(8 * n);
+  int *idx = malloc(4 * n);
+  for (int i = 0; i < n; i++) { t[i] = i; idx[i] = (i * 7919) % n; }
+  long s = 0;
+  for (int r = 0; r < 3; r++) s += gather(t, idx, n);
+  printf("%ld\n", s);
+  return 0;
+}
+"#;
+    let dir = temp_dir("roi-inlined");
+    build_c(&dir, "inl", SRC, &["-O2", "-g"]);
+    let img = ElfImage::open(&dir.join("inl")).unwrap();
+    assert!(img.find_function("gather").is_err(), "gcc kept gather");
+    let code = img.find_code("gather").unwrap();
+    assert!(
+        code.entries.is_empty() && !code.inlined.is_empty(),
+        "{code:?}"
+    );
+    assert!(code
+        .inlined
+        .iter()
+        .all(|c| c.caller.as_ref().is_some_and(|f| f.name == "main")));
+    let line = |needle: &str| SRC.lines().position(|l| l.contains(needle)).unwrap() as u32 + 1;
+    let (gather_line, init_line) = (line("s += t[idx[i]]"), line("idx[i] = "));
+    let at_line = |m: &HashMap<(String, u32), u64>, l: u32| -> u64 {
+        m.iter()
+            .filter(|((_, ml), _)| *ml == l)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let in_touch = |m: &HashMap<(String, u32), u64>| -> u64 {
+        m.iter()
+            .filter(|((f, _), _)| f == "touch")
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let capture = |file: &str, extra: &[&str]| {
+        let mut args = vec!["capture", "-q", "--full", "-o", file];
+        args.extend_from_slice(extra);
+        args.push("./inl");
+        let o = mgbench(&args, &dir);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        if extra.contains(&"--roi") {
+            assert!(
+                stderr(&o).contains("--roi gather: inlined into main"),
+                "{}",
+                stderr(&o)
+            );
+        }
+        by_source(&read_trace(&dir.join(file)))
+    };
+    // (The program's own functions, for messages.)
+    let own = |m: &HashMap<(String, u32), u64>| -> BTreeMap<(String, u32), u64> {
+        m.iter()
+            .filter(|((f, _), _)| f == "main" || f == "touch")
+            .map(|(k, n)| (k.clone(), *n))
+            .collect()
+    };
+    let full = capture("full.mgbt", &[]);
+    let n = 1001u64;
+    assert_eq!(at_line(&full, gather_line), 3 * 2 * n);
+    // (gcc calls the pure `touch` once, before the loop, from the inlined copy.)
+    assert!(in_touch(&full) > 0, "{:?}", own(&full));
+    assert!(at_line(&full, init_line) > 0);
+    for (extra, inclusive) in [
+        (&["--roi", "gather"][..], true),
+        (&["--roi", "gather", "--roi-exclusive"][..], false),
+        (&["--backend", "ptrace", "--roi", "gather"][..], true),
+    ] {
+        let roi = capture("roi.mgbt", extra);
+        assert_eq!(at_line(&roi, gather_line), 3 * 2 * n, "{extra:?}");
+        // Inclusive: all of touch's but the `ret` that closes the ROI, which is not
+        // recorded (as a ROI function's own closing `ret` is not).
+        let touch = if inclusive { in_touch(&full) - 1 } else { 0 };
+        assert_eq!(in_touch(&roi), touch, "{extra:?}: {:?}", own(&roi));
+        assert_eq!(at_line(&roi, init_line), 0, "{extra:?}");
+        // Nothing of main's own but the copies' lines and (inclusive) the call's push.
+        let outside: u64 = roi
+            .iter()
+            .filter(|((f, l), _)| {
+                f == "main" && !(line("static long gather")..=line("return s + touch")).contains(l)
+            })
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(outside, 0, "{extra:?}: {:?}", own(&roi));
+    }
+}
+
+/// Fortran as gdb takes it: a module procedure answers to `spmv` and `kernels::spmv`
+/// (gfortran names it `__kernels_MOD_spmv`), an external one to `scale` (`scale_`), and the
+/// body of an OpenMP parallel region, outlined as `__kernels_MOD_spmv._omp_fn.0`, is the
+/// procedure's code on every thread of the team. By source line, the ROI holds what a full
+/// capture holds there, from both threads; names read `kernels::spmv._omp_fn.0`.
+#[test]
+fn fortran_procedures_are_found_as_gdb_finds_them() {
+    if !need_qemu("ROI of Fortran procedures") || !have("gfortran", "Fortran ROI") {
+        return;
+    }
+    const SRC: &str = "module kernels
+  implicit none
+contains
+  subroutine spmv(n, rowptr, col, val, x, y)
+    integer, intent(in) :: n, rowptr(n+1), col(*)
+    double precision, intent(in) :: val(*), x(n)
+    double precision, intent(out) :: y(n)
+    integer :: i, j
+    double precision :: s
+    !$omp parallel do private(j, s) schedule(static)
+    do i = 1, n
+      s = 0d0
+      do j = rowptr(i), rowptr(i+1) - 1
+        s = s + val(j) * x(col(j))
+      end do
+      y(i) = s
+    end do
+  end subroutine spmv
+end module kernels
+
+subroutine scale(n, a, y)
+  integer, intent(in) :: n
+  double precision, intent(in) :: a
+  double precision, intent(inout) :: y(n)
+  integer :: i
+  do i = 1, n
+    y(i) = a * y(i)
+  end do
+end subroutine scale
+
+program main
+  use kernels
+  implicit none
+  integer, parameter :: n = 2000, per = 4
+  integer :: rowptr(n+1), col(n*per), i, k, it
+  double precision :: val(n*per), x(n), y(n)
+  do i = 1, n
+    rowptr(i) = (i-1)*per + 1
+    do k = 1, per
+      col((i-1)*per + k) = 1 + mod((i * 7919 + k * 104729), n)
+      val((i-1)*per + k) = 1d0 / k
+    end do
+    x(i) = i
+  end do
+  rowptr(n+1) = n*per + 1
+  do it = 1, 3
+    call spmv(n, rowptr, col, val, x, y)
+    call scale(n, 0.5d0, y)
+  end do
+  print *, sum(y)
+end program main
+";
+    let dir = temp_dir("fortran");
+    std::fs::write(dir.join("k.f90"), SRC).unwrap();
+    let o = Command::new("gfortran")
+        .args(["-O2", "-g", "-fopenmp", "-o", "k", "k.f90"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let line = |needle: &str| SRC.lines().position(|l| l.contains(needle)).unwrap() as u32 + 1;
+    let spmv_lines = line("do j = rowptr(i)")..=line("y(i) = s");
+    let scale_line = line("y(i) = a * y(i)");
+    let capture = |file: &str, roi: Option<&str>| {
+        let mut args = vec!["capture", "-q", "--full", "-o", file];
+        if let Some(r) = roi {
+            args.extend(["--roi", r]);
+        }
+        args.push("./k");
+        let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+            .args(&args)
+            .env("OMP_NUM_THREADS", "2")
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let t = read_trace(&dir.join(file));
+        // Accesses by source line of k.f90, and the threads that made those of spmv.
+        let mut sym = Symbolizer::new(t.mappings.clone());
+        let mut lines: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut spmv_threads = std::collections::BTreeSet::new();
+        let mut names = std::collections::BTreeSet::new();
+        for c in &t.chunks {
+            for a in &c.accesses {
+                let loc = sym.resolve(a.ip);
+                if !loc.file.as_deref().is_some_and(|f| f.ends_with("k.f90")) {
+                    continue;
+                }
+                let l = loc.line.unwrap_or(0);
+                *lines.entry(l).or_insert(0) += 1;
+                if spmv_lines.contains(&l) {
+                    spmv_threads.insert(c.thread);
+                }
+                names.insert(loc.function_or_object());
+            }
+        }
+        (lines, spmv_threads, names)
+    };
+    let (full, _, _) = capture("full.mgbt", None);
+    let sum = |m: &BTreeMap<u32, u64>, r: &std::ops::RangeInclusive<u32>| -> u64 {
+        m.range(r.clone()).map(|(_, n)| n).sum()
+    };
+    // 3 calls x 2000 rows x (2 row pointers + 4 x (col, val, x) + 1 store), and the
+    // outlined body's own saves and loads on each thread.
+    let spmv_full = sum(&full, &spmv_lines);
+    assert!((90_000..90_100).contains(&spmv_full), "{full:?}");
+    for roi in ["spmv", "kernels::spmv", "__kernels_MOD_spmv"] {
+        let (got, threads, names) = capture("spmv.mgbt", Some(roi));
+        assert_eq!(
+            sum(&got, &spmv_lines),
+            sum(&full, &spmv_lines),
+            "{roi}: {got:?}"
+        );
+        assert_eq!(got.get(&scale_line), None, "{roi}: {got:?}");
+        assert_eq!(threads.len(), 2, "{roi}: both threads of the team");
+        assert!(names.contains("kernels::spmv._omp_fn.0"), "{names:?}");
+    }
+    let (got, _, _) = capture("scale.mgbt", Some("scale"));
+    assert_eq!(got.get(&scale_line), Some(&(3 * 2000 * 2)), "{got:?}");
+    assert_eq!(sum(&got, &spmv_lines), 0, "{got:?}");
+}
+
 #[test]
 fn roi_keeps_only_the_named_function() {
     if !need_qemu("ROI capture") {

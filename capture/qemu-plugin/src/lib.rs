@@ -72,6 +72,10 @@ enum Msg {
     Shutdown,
 }
 
+/// An address range, `[start, end)`.
+type Range = (u64, u64);
+type Ranges = Vec<Range>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RoiMode {
     None,
@@ -89,6 +93,9 @@ struct Config {
     window: u64,
     period: u64,
     roi: Vec<(u64, u64)>,
+    /// Inclusive ROI: copies of its functions inlined into other code (recorded wherever
+    /// they run; a call from one opens the ROI for the callee).
+    inlined: Vec<(u64, u64)>,
     /// Position-independent program: its path and the link address of its file offset 0.
     exe: Option<String>,
     exe_base: u64,
@@ -110,6 +117,7 @@ impl Config {
             window: u64::MAX,
             period: u64::MAX,
             roi: Vec::new(),
+            inlined: Vec::new(),
             exe: None,
             exe_base: 0,
             roi_mode: RoiMode::None,
@@ -157,11 +165,16 @@ impl Config {
                         .parse()
                         .map_err(|_| format!("level={v}: not a zstd level"))?
                 }
-                "roi" => {
+                "roi" | "inlined" => {
                     let (s, e) = v
                         .split_once(':')
-                        .ok_or_else(|| format!("roi={v}: expected START:END"))?;
-                    c.roi.push((num(k, s)?, num(k, e)?));
+                        .ok_or_else(|| format!("{k}={v}: expected START:END"))?;
+                    let range = (num(k, s)?, num(k, e)?);
+                    if k == "roi" {
+                        c.roi.push(range);
+                    } else {
+                        c.inlined.push(range);
+                    }
                 }
                 "roi_mode" => {
                     c.roi_mode = match v {
@@ -182,7 +195,7 @@ impl Config {
                 c.window, c.period
             ));
         }
-        if !c.roi.is_empty() && c.roi_mode == RoiMode::None {
+        if !(c.roi.is_empty() && c.inlined.is_empty()) && c.roi_mode == RoiMode::None {
             c.roi_mode = RoiMode::Inclusive;
         }
         if rdx.period > 0 {
@@ -245,7 +258,16 @@ struct Vcpu {
 impl Vcpu {
     #[inline(always)]
     fn record(&mut self, ip: u64, addr: u64, info: u32) {
-        if self.off || (self.roi_gate && self.roi_depth == 0) {
+        if self.roi_gate && self.roi_depth == 0 {
+            return;
+        }
+        self.record_open(ip, addr, info);
+    }
+
+    /// Records an access whether or not a ROI is open.
+    #[inline(always)]
+    fn record_open(&mut self, ip: u64, addr: u64, info: u32) {
+        if self.off {
             return;
         }
         if self.skip_left > 0 {
@@ -311,6 +333,21 @@ impl Vcpu {
             self.roi.roi_return = None;
             self.roi_depth = 0;
         }
+    }
+
+    /// An access by an inlined copy of a ROI function (inclusive ROI): recorded whether or not
+    /// the ROI is open. A call's push there opens it (unless it is open) until the `ret`
+    /// that loads the pushed return address, so that the callee counts, as a ROI
+    /// function's callees do.
+    #[cold]
+    #[inline(never)]
+    fn record_inlined(&mut self, ip: u64, addr: u64, info: u32, call: bool) {
+        self.roi_track(addr, info);
+        if call && self.roi_depth == 0 && decode(info).1 == AccessKind::Store {
+            self.roi.roi_return = Some(addr);
+            self.roi_depth = 1;
+        }
+        self.record_open(ip, addr, info);
     }
 
     /// The thread reaches a ROI function's entry (at the start of a translation block when
@@ -469,8 +506,9 @@ struct Plugin {
     writer: Mutex<Option<JoinHandle<WriterReport>>>,
     failed: AtomicBool,
     maps: Mutex<Vec<(u64, u64)>>,
-    /// ROI ranges at run time (link-time ranges plus the load bias), set at first translation.
-    roi_runtime: OnceLock<Vec<(u64, u64)>>,
+    /// ROI ranges at run time (link-time ranges plus the load bias), set at first
+    /// translation: the functions', and the inlined copies'.
+    roi_runtime: OnceLock<(Ranges, Ranges)>,
 }
 
 static PLUGIN: OnceLock<Plugin> = OnceLock::new();
@@ -527,6 +565,33 @@ extern "C" fn roi_mem_cb(vcpu: c_uint, info: qemu_plugin_meminfo_t, addr: u64, u
     if let Some(v) = unsafe { vcpu_state(vcpu) } {
         v.roi_track(addr, info);
         v.record(udata as u64, addr, info);
+    }
+}
+
+/// The memory callback of an inlined copy's instructions (inclusive ROI; see
+/// [`Vcpu::record_inlined`]).
+extern "C" fn roi_inlined_cb(
+    vcpu: c_uint,
+    info: qemu_plugin_meminfo_t,
+    addr: u64,
+    udata: *mut c_void,
+) {
+    // SAFETY: QEMU runs memory callbacks on the vCPU's own thread.
+    if let Some(v) = unsafe { vcpu_state(vcpu) } {
+        v.record_inlined(udata as u64, addr, info, false);
+    }
+}
+
+/// [`roi_inlined_cb`] of a call instruction in an inlined copy.
+extern "C" fn roi_inlined_call_cb(
+    vcpu: c_uint,
+    info: qemu_plugin_meminfo_t,
+    addr: u64,
+    udata: *mut c_void,
+) {
+    // SAFETY: QEMU runs memory callbacks on the vCPU's own thread.
+    if let Some(v) = unsafe { vcpu_state(vcpu) } {
+        v.record_inlined(udata as u64, addr, info, true);
     }
 }
 
@@ -696,8 +761,23 @@ fn is_ret(bytes: &[u8]) -> bool {
     matches!(bytes.get(i), Some(0xc3) | Some(0xc2))
 }
 
-fn roi_ranges(p: &Plugin) -> &[(u64, u64)] {
-    p.roi_runtime.get_or_init(|| {
+/// Whether an instruction is a near call: `call rel32` (E8) or `call r/m64` (FF /2), after
+/// prefixes (operand size, segment and `notrack`, REX).
+fn is_call(bytes: &[u8]) -> bool {
+    let mut i = 0;
+    while i < bytes.len() && matches!(bytes[i], 0x66 | 0xf2 | 0xf3 | 0x2e | 0x3e | 0x40..=0x4f) {
+        i += 1;
+    }
+    match bytes.get(i) {
+        Some(0xe8) => true,
+        Some(0xff) => bytes.get(i + 1).is_some_and(|m| (m >> 3) & 7 == 2),
+        _ => false,
+    }
+}
+
+/// The ROI functions' ranges and the inlined copies', at run time.
+fn roi_ranges(p: &Plugin) -> (&[Range], &[Range]) {
+    let (functions, inlined) = p.roi_runtime.get_or_init(|| {
         // Position-independent programs load at a bias chosen at run time: find the mapping
         // of the program's first byte (file offset 0) and compare with its link address.
         // (qemu_plugin_entry_code reports the dynamic loader's entry, so it cannot be used.)
@@ -716,12 +796,15 @@ fn roi_ranges(p: &Plugin) -> &[(u64, u64)] {
                 }
             },
         };
-        p.cfg
-            .roi
-            .iter()
-            .map(|&(s, e)| (s.wrapping_add(bias), e.wrapping_add(bias)))
-            .collect()
-    })
+        let biased = |ranges: &[Range]| -> Ranges {
+            ranges
+                .iter()
+                .map(|&(s, e)| (s.wrapping_add(bias), e.wrapping_add(bias)))
+                .collect()
+        };
+        (biased(&p.cfg.roi), biased(&p.cfg.inlined))
+    });
+    (functions, inlined)
 }
 
 extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
@@ -733,8 +816,8 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         register_counting(tb, c);
         return;
     }
-    let roi = if p.cfg.roi_mode == RoiMode::None {
-        &[][..]
+    let (roi, inlined) = if p.cfg.roi_mode == RoiMode::None {
+        (&[][..], &[][..])
     } else {
         roi_ranges(p)
     };
@@ -743,6 +826,14 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
         let vaddr = unsafe { qemu_plugin_insn_vaddr(insn) };
         let in_roi = roi.iter().any(|&(s, e)| vaddr >= s && vaddr < e);
+        let in_inlined = inlined.iter().any(|&(s, e)| vaddr >= s && vaddr < e);
+        // SAFETY: data/size describe the instruction's bytes, valid in the callback.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                qemu_plugin_insn_data(insn).cast::<u8>(),
+                qemu_plugin_insn_size(insn),
+            )
+        };
         match p.cfg.roi_mode {
             RoiMode::Exclusive if !in_roi => continue,
             RoiMode::Inclusive if in_roi => {
@@ -757,13 +848,6 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
                         )
                     };
                 }
-                // SAFETY: data/size describe the instruction's bytes, valid in the callback.
-                let bytes = unsafe {
-                    std::slice::from_raw_parts(
-                        qemu_plugin_insn_data(insn).cast::<u8>(),
-                        qemu_plugin_insn_size(insn),
-                    )
-                };
                 if is_ret(bytes) {
                     // SAFETY: as above.
                     unsafe {
@@ -778,7 +862,11 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             }
             _ => {}
         }
-        let cb = if p.cfg.roi_mode == RoiMode::Inclusive {
+        let cb = if in_inlined && is_call(bytes) {
+            roi_inlined_call_cb
+        } else if in_inlined {
+            roi_inlined_cb
+        } else if p.cfg.roi_mode == RoiMode::Inclusive {
             roi_mem_cb
         } else {
             mem_cb
@@ -1681,5 +1769,37 @@ mod tests {
         assert!(is_ret(&[0xf3, 0xc3]));
         assert!(is_ret(&[0xc2, 0x08, 0x00]));
         assert!(!is_ret(&[0xe8, 0, 0, 0, 0]));
+    }
+
+    #[test]
+    fn call_detection() {
+        assert!(is_call(&[0xe8, 0, 0, 0, 0])); // call rel32
+        assert!(is_call(&[0xff, 0xd0])); // call *%rax
+        assert!(is_call(&[0x41, 0xff, 0xd3])); // call *%r11
+        assert!(is_call(&[0x3e, 0xff, 0xd0])); // notrack call *%rax
+        assert!(is_call(&[0xff, 0x15, 0, 0, 0, 0])); // call *x(%rip)
+        assert!(!is_call(&[0xff, 0xe0])); // jmp *%rax (FF /4)
+        assert!(!is_call(&[0xff, 0xc0])); // inc %eax (FF /0)
+        assert!(!is_call(&[0xe9, 0, 0, 0, 0])); // jmp rel32
+        assert!(!is_call(&[0xc3]));
+    }
+
+    #[test]
+    fn inlined_ranges_are_taken() {
+        let c = Config::parse(&args(&[
+            "out=/t",
+            "inlined=0x10:0x20",
+            "roi_mode=inclusive",
+        ]))
+        .unwrap();
+        assert_eq!(c.inlined, vec![(0x10, 0x20)]);
+        assert!(c.roi.is_empty());
+        assert_eq!(
+            Config::parse(&args(&["out=/t", "inlined=0x10:0x20"]))
+                .unwrap()
+                .roi_mode,
+            RoiMode::Inclusive
+        );
+        assert!(Config::parse(&args(&["out=/t", "inlined=0x10"])).is_err());
     }
 }

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 pub use program::{evex_instructions, host_has_avx512, resolve, which, Program};
 pub use sys::{signal_name, string_ops_under_watchpoint};
 
-use crate::symbols::SymbolError;
+use crate::symbols::{ElfImage, SymbolError};
 use crate::trace::{EndInfo, Frame, Mode, TraceReader, TraceWriter};
 
 /// Which backend records the trace.
@@ -137,6 +137,99 @@ pub struct CaptureReport {
     pub elapsed_s: f64,
     /// Things the user should know (lost tail after a crash, disk full, ROI never entered).
     pub warnings: Vec<String>,
+    /// What the run did that the user may not expect (where `--roi` found inlined copies).
+    pub notes: Vec<String>,
+}
+
+/// The program's code that `--roi` names, at link-time addresses, as a backend records it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RoiPlan {
+    /// Exclusive: every range of the functions' own code (out-of-line copies, their split-off
+    /// parts, inlined copies). Inclusive: the out-of-line copies, whose entry opens the ROI
+    /// until the `ret` that loads the entry's return address.
+    pub functions: Vec<(u64, u64)>,
+    /// Inclusive only: inlined copies, recorded wherever they run, and the calls made from
+    /// them opening the ROI (as an entry does) for the callee.
+    pub inlined: Vec<(u64, u64)>,
+    /// Inclusive only: the functions that hold the inlined copies (no copy runs outside
+    /// them).
+    pub containers: Vec<(u64, u64)>,
+    /// For the trace's notes and the user: the functions found only or also inlined.
+    pub notes: Vec<String>,
+}
+
+impl RoiPlan {
+    /// Finds the code of each `--roi` function in the program (see
+    /// [`ElfImage::find_code`]).
+    pub fn find(
+        image: &ElfImage,
+        names: &[String],
+        inclusive: bool,
+    ) -> Result<RoiPlan, CaptureError> {
+        let mut plan = RoiPlan::default();
+        for name in names {
+            let code = image.find_code(name).map_err(CaptureError::Roi)?;
+            if inclusive {
+                plan.functions.extend(&code.entries);
+                for c in &code.inlined {
+                    plan.inlined.push((c.start, c.end));
+                    if let Some(f) = &c.caller {
+                        plan.containers.push((f.start, f.start + f.size));
+                    }
+                }
+            } else {
+                plan.functions
+                    .extend(code.entries.iter().chain(&code.parts));
+                plan.functions
+                    .extend(code.inlined.iter().map(|c| (c.start, c.end)));
+            }
+            if !code.inlined.is_empty() {
+                plan.notes.push(inlined_note(name, &code));
+            }
+        }
+        for v in [&mut plan.functions, &mut plan.inlined, &mut plan.containers] {
+            v.sort_unstable();
+            v.dedup();
+        }
+        Ok(plan)
+    }
+}
+
+/// "--roi gather: inlined into main (2 places) and work; recorded there too (no out-of-line
+/// copy)".
+fn inlined_note(name: &str, code: &crate::symbols::FunctionCode) -> String {
+    let mut callers: Vec<(String, usize)> = Vec::new();
+    for c in &code.inlined {
+        let caller = c
+            .caller
+            .as_ref()
+            .map_or_else(|| format!("{:#x}", c.start), |f| f.name.clone());
+        match callers.iter_mut().find(|(n, _)| *n == caller) {
+            Some((_, k)) => *k += 1,
+            None => callers.push((caller, 1)),
+        }
+    }
+    let listed: Vec<String> = callers
+        .iter()
+        .take(6)
+        .map(|(n, k)| match k {
+            1 => n.clone(),
+            k => format!("{n} ({k} ranges)"),
+        })
+        .collect();
+    let more = match callers.len().saturating_sub(listed.len()) {
+        0 => String::new(),
+        n => format!(" and {n} more function(s)"),
+    };
+    let outline = if code.entries.is_empty() {
+        " (it has no out-of-line copy)"
+    } else {
+        ""
+    };
+    format!(
+        "--roi {name}: inlined into {}{more}; recorded there too{outline}",
+        listed.join(", ")
+    )
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -28,6 +28,7 @@ use super::sys::{SignalGuard, WakeTimer};
 use super::x86::{self, Decoded, Registers};
 use super::{
     command_line, finalize, signal_name, CaptureConfig, CaptureError, CaptureReport, ProgramExit,
+    RoiPlan,
 };
 use crate::import::ChunkBuilder;
 use crate::symbols::ElfImage;
@@ -144,6 +145,13 @@ struct ThreadState {
     awaits_roi: bool,
     /// It ran before mgbench attached (`--pid`): its stack pointer is not where it started.
     attached: bool,
+    /// The instruction just stepped was a call in an inlined copy of a ROI function: the
+    /// callee's entry opens an inclusive ROI as a ROI function's entry does.
+    inlined_call: bool,
+    /// Where the return address of the open entry of a function that holds inlined copies
+    /// lies (inclusive ROI): the thread steps until the `ret` that loads it, rather than
+    /// waiting on breakpoints, since an inlined copy may run anywhere in it.
+    container_return: Option<u64>,
 }
 
 /// System calls that would let the program see mgbench's pin (see [`Pin`]), made while it
@@ -190,8 +198,10 @@ struct Tracer {
     window: u64,
     interval: Duration,
     roi: Roi,
-    roi_link: Vec<(u64, u64)>,
-    roi_ranges: Option<Vec<(u64, u64)>>,
+    /// The ROI's code at link-time addresses (see [`RoiPlan`]), and at run time (set at
+    /// the first step after an exec, when the program's load bias is known).
+    roi_link: RoiPlan,
+    roi_ranges: Option<RoiPlan>,
     roi_image: Option<(String, u64)>,
     incomplete: u64,
     errors: Vec<String>,
@@ -239,6 +249,10 @@ fn is_ret(d: &Decoded) -> bool {
     )
 }
 
+fn is_call(d: &Decoded) -> bool {
+    d.instruction.mnemonic() == iced_x86::Mnemonic::Call
+}
+
 impl Tracer {
     fn add_thread(&mut self, tid: Pid) {
         let id = self.next_id;
@@ -261,6 +275,8 @@ impl Tracer {
                 stack_named: false,
                 awaits_roi: false,
                 attached: false,
+                inlined_call: false,
+                container_return: None,
             },
         );
         self.pin(tid);
@@ -407,7 +423,7 @@ impl Tracer {
         }
     }
 
-    fn roi_ranges(&mut self) -> &[(u64, u64)] {
+    fn roi_ranges(&mut self) -> &RoiPlan {
         if self.roi_ranges.is_none() {
             // Link-time ranges plus the load bias of the program's first mapping.
             let bias = match &self.roi_image {
@@ -417,14 +433,20 @@ impl Tracer {
                     .map_or(0, |m| m.start.wrapping_sub(*base)),
                 None => 0,
             };
-            self.roi_ranges = Some(
-                self.roi_link
+            let biased = |ranges: &[(u64, u64)]| -> Vec<(u64, u64)> {
+                ranges
                     .iter()
                     .map(|&(s, e)| (s.wrapping_add(bias), e.wrapping_add(bias)))
-                    .collect(),
-            );
+                    .collect()
+            };
+            self.roi_ranges = Some(RoiPlan {
+                functions: biased(&self.roi_link.functions),
+                inlined: biased(&self.roi_link.inlined),
+                containers: biased(&self.roi_link.containers),
+                notes: Vec::new(),
+            });
         }
-        self.roi_ranges.as_deref().unwrap_or(&[])
+        self.roi_ranges.get_or_insert_with(RoiPlan::default)
     }
 
     /// The thread is stopped before the instruction at rip: record its accesses and step.
@@ -456,37 +478,59 @@ impl Tracer {
                 d
             }
         };
-        let in_roi = if self.roi == Roi::None {
-            true
+        let inside = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, e)| ip >= s && ip < e);
+        let entry = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, _)| s == ip);
+        let inclusive = self.roi == Roi::Inclusive;
+        let (in_roi, in_inlined, at_entry, at_container) = if self.roi == Roi::None {
+            (true, false, false, false)
         } else {
-            self.roi_ranges().iter().any(|&(s, e)| ip >= s && ip < e)
+            let r = self.roi_ranges();
+            (
+                inside(&r.functions),
+                inclusive && inside(&r.inlined),
+                inclusive && entry(&r.functions),
+                inclusive && entry(&r.containers),
+            )
         };
-        let starts = self.roi == Roi::Inclusive && self.roi_ranges().iter().any(|&(s, _)| s == ip);
+        if let Some(t) = self.threads.get_mut(&tid).filter(|t| t.awaits_roi) {
+            // Stopped at an entry's breakpoint (or by a signal, an interrupt): stepping
+            // again, the breakpoints off (a step onto one would stop twice there), on the
+            // tracer's CPU (stepping across CPUs took 3x as long).
+            t.awaits_roi = false;
+            t.native = false;
+            ptrace_sys::set_exec_breakpoints(tid, &[]);
+            self.pin(tid);
+        }
         let Some(t) = self.threads.get_mut(&tid) else {
             return Ok(());
         };
+        // The entry of a function called from an inlined copy opens the ROI too.
+        let starts = at_entry || std::mem::take(&mut t.inlined_call);
         // The ROI opens at a function's entry, where the stack pointer points at the return
         // address, and closes at the `ret` that loads it, wherever that runs (a function that
         // ends in a tail call returns from the function it jumped to). That `ret` is not
         // recorded; entries while open (recursion) change nothing.
-        if t.awaits_roi {
-            // Stopped at an entry's breakpoint (or by a signal, an interrupt): stepping
-            // again, the breakpoints off (a step onto one would stop twice there).
-            t.awaits_roi = false;
-            t.native = false;
-            ptrace_sys::set_exec_breakpoints(tid, &[]);
-        }
+        let returns =
+            |slot: Option<u64>| slot == Some(regs.rsp) && decoded.as_ref().is_some_and(is_ret);
         if starts && t.roi_return.is_none() {
             t.roi_return = Some(regs.rsp);
-        } else if t.roi_return == Some(regs.rsp) && decoded.as_ref().is_some_and(is_ret) {
+        } else if returns(t.roi_return) {
             t.roi_return = None;
+        }
+        if at_container && t.container_return.is_none() {
+            t.container_return = Some(regs.rsp);
+        } else if returns(t.container_return) {
+            t.container_return = None;
+        }
+        if in_inlined && decoded.as_ref().is_some_and(is_call) {
+            t.inlined_call = true;
         }
         let recording = match self.roi {
             Roi::None => true,
             Roi::Exclusive => in_roi,
-            Roi::Inclusive => t.roi_return.is_some(),
+            Roi::Inclusive => t.roi_return.is_some() || in_inlined,
         };
-        if self.roi == Roi::Inclusive && !recording && self.wait_for_roi(tid) {
+        if inclusive && !recording && t.container_return.is_none() && self.wait_for_roi(tid) {
             return Ok(());
         }
         let Some(t) = self.threads.get_mut(&tid) else {
@@ -541,9 +585,25 @@ impl Tracer {
     /// breakpoints there stop it, and stepping resumes (stepping everything outside took a
     /// minute for a program that runs 2 ms). False where they cannot be set (more than 4
     /// functions, or the kernel refused): the thread steps on.
+    /// With inlined copies, the functions that hold them are entries too (no copy runs
+    /// outside them); a thread that was attached inside one would not be seen to enter it,
+    /// so attached threads step on.
     fn wait_for_roi(&mut self, tid: Pid) -> bool {
-        let entries: Vec<u64> = self.roi_ranges().iter().map(|&(s, _)| s).collect();
+        let r = self.roi_ranges();
+        let (has_containers, mut entries): (bool, Vec<u64>) = (
+            !r.containers.is_empty(),
+            r.functions
+                .iter()
+                .chain(&r.containers)
+                .map(|&(s, _)| s)
+                .collect(),
+        );
+        entries.sort_unstable();
+        entries.dedup();
         if entries.is_empty() || entries.len() > 4 {
+            return false;
+        }
+        if has_containers && self.threads.get(&tid).is_some_and(|t| t.attached) {
             return false;
         }
         if !ptrace_sys::set_exec_breakpoints(tid, &entries) {
@@ -705,12 +765,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             ))
         }
     };
-    let mut roi_link = Vec::new();
-    for name in &cfg.roi {
-        for f in image.find_function(name).map_err(CaptureError::Roi)? {
-            roi_link.push((f.start, f.start + f.size.max(1)));
-        }
-    }
+    let roi_link = RoiPlan::find(&image, &cfg.roi, cfg.roi_inclusive)?;
+    let notes = roi_link.notes.clone();
     let output = &cfg.output;
     let out_err = |cause| CaptureError::Output {
         path: output.clone(),
@@ -730,6 +786,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             .map(|pid| format!("attached to pid {pid}"))
             .into_iter()
             .chain(cfg.notes.iter().cloned())
+            .chain(notes.iter().cloned())
             .collect(),
     };
     let file = File::create(output).map_err(out_err)?;
@@ -1046,6 +1103,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         interrupted,
         elapsed_s,
         warnings,
+        notes,
     })
 }
 

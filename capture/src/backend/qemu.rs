@@ -15,7 +15,7 @@ use super::sys::{
 };
 use super::{
     command_line, finalize, scan_counts, signal_name, CaptureConfig, CaptureError, CaptureReport,
-    ProgramExit,
+    ProgramExit, RoiPlan,
 };
 use crate::trace::{EndInfo, Mode, RoiMeta, TraceMeta, TraceWriter};
 
@@ -181,14 +181,41 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     if output.to_string_lossy().contains(',') {
         return Err(CaptureError::CommaInPath(output));
     }
-    let mut roi_ranges = Vec::new();
-    for name in &cfg.roi {
-        let funcs = program
-            .image
-            .find_function(name)
-            .map_err(CaptureError::Roi)?;
-        for f in funcs {
-            roi_ranges.push((f.start, f.start + f.size.max(1)));
+    let roi = RoiPlan::find(&program.image, &cfg.roi, cfg.roi_inclusive)?;
+    // The ROI's part of the plugin's argument, checked before the trace file is created.
+    let mut roi_arg = String::new();
+    if !cfg.roi.is_empty() {
+        for (s, e) in &roi.functions {
+            roi_arg.push_str(&format!(",roi={s:#x}:{e:#x}"));
+        }
+        for (s, e) in &roi.inlined {
+            roi_arg.push_str(&format!(",inlined={s:#x}:{e:#x}"));
+        }
+        if program.image.is_pie {
+            let exe = program.path.display().to_string();
+            if exe.contains(',') {
+                return Err(CaptureError::Invalid(format!(
+                    "--roi cannot be used with a program whose path contains a comma ({exe}): QEMU's -plugin option splits on commas"
+                )));
+            }
+            roi_arg.push_str(&format!(
+                ",exe={exe},exe_base={:#x}",
+                program.image.load_base
+            ));
+        }
+        roi_arg.push_str(if cfg.roi_inclusive {
+            ",roi_mode=inclusive"
+        } else {
+            ",roi_mode=exclusive"
+        });
+        // (Linux takes at most 128 KiB in one argument.)
+        if roi_arg.len() > 120_000 {
+            return Err(CaptureError::Invalid(format!(
+                "--roi {}: {} code ranges ({} of them inlined copies) are more than QEMU's plugin argument can carry: name the function(s) that call it instead",
+                cfg.roi.join(", "),
+                roi.functions.len() + roi.inlined.len(),
+                roi.inlined.len()
+            )));
         }
     }
 
@@ -203,6 +230,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         }),
         notes: std::iter::once(format!("qemu: {}", qemu.display()))
             .chain(cfg.notes.iter().cloned())
+            .chain(roi.notes.iter().cloned())
             .collect(),
     };
     let out_err = |cause| CaptureError::Output {
@@ -252,28 +280,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             cfg.sample_seed
         ));
     }
-    if !roi_ranges.is_empty() {
-        for (s, e) in &roi_ranges {
-            arg.push_str(&format!(",roi={s:#x}:{e:#x}"));
-        }
-        if program.image.is_pie {
-            let exe = program.path.display().to_string();
-            if exe.contains(',') {
-                return Err(CaptureError::Invalid(format!(
-                    "--roi cannot be used with a program whose path contains a comma ({exe}): QEMU's -plugin option splits on commas"
-                )));
-            }
-            arg.push_str(&format!(
-                ",exe={exe},exe_base={:#x}",
-                program.image.load_base
-            ));
-        }
-        arg.push_str(if cfg.roi_inclusive {
-            ",roi_mode=inclusive"
-        } else {
-            ",roi_mode=exclusive"
-        });
-    }
+    arg.push_str(&roi_arg);
 
     let start = Instant::now();
     let guard = SignalGuard::install();
@@ -397,6 +404,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         interrupted,
         elapsed_s,
         warnings,
+        notes: roi.notes,
     })
 }
 
