@@ -548,6 +548,10 @@ int main(int argc, char **argv) {
         (&["--roi", "gather"][..], true),
         (&["--roi", "gather", "--roi-exclusive"][..], false),
         (&["--backend", "ptrace", "--roi", "gather"][..], true),
+        (
+            &["--backend", "ptrace", "--roi", "gather", "--roi-exclusive"][..],
+            false,
+        ),
     ] {
         let roi = capture("roi.mgbt", extra);
         assert_eq!(at_line(&roi, gather_line), 3 * 2 * n, "{extra:?}");
@@ -766,6 +770,27 @@ fn roi_keeps_only_the_named_function() {
             assert_eq!(sym.resolve(a.ip).function.as_deref(), Some("spmv_rows"));
         }
     }
+    // ptrace, exclusive: threads run natively between the function's calls (hardware
+    // breakpoints at its entry), and every call's accesses are there, as under QEMU.
+    let counts = |file: &str| -> BTreeMap<u64, usize> {
+        let mut m = BTreeMap::new();
+        for ip in ips(file) {
+            *m.entry(ip).or_insert(0) += 1;
+        }
+        m
+    };
+    run(&["--roi", "spmv_rows", "--roi-exclusive"], "qx.mgbt");
+    run(
+        &[
+            "--backend",
+            "ptrace",
+            "--roi",
+            "spmv_rows",
+            "--roi-exclusive",
+        ],
+        "px.mgbt",
+    );
+    assert_eq!(counts("px.mgbt"), counts("qx.mgbt"));
 }
 
 /// `work` ends in a tail call to `helper` (its own code has no `ret`), and `via` enters it by

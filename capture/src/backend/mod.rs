@@ -144,54 +144,79 @@ pub struct CaptureReport {
 /// The program's code that `--roi` names, at link-time addresses, as a backend records it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RoiPlan {
-    /// Exclusive: every range of the functions' own code (out-of-line copies, their split-off
-    /// parts, inlined copies). Inclusive: the out-of-line copies, whose entry opens the ROI
-    /// until the `ret` that loads the entry's return address.
+    /// Out-of-line copies of the functions: their entries open the ROI until the `ret` that
+    /// loads the entry's return address.
     pub functions: Vec<(u64, u64)>,
-    /// Inclusive only: inlined copies, recorded wherever they run, and the calls made from
-    /// them opening the ROI (as an entry does) for the callee.
+    /// Parts split off them (`.cold`), reached by jumps from them.
+    pub parts: Vec<(u64, u64)>,
+    /// Copies inlined into other functions, recorded wherever they run (inclusive: a call
+    /// made from one opens the ROI for the callee).
     pub inlined: Vec<(u64, u64)>,
-    /// Inclusive only: the functions that hold the inlined copies (no copy runs outside
-    /// them).
+    /// The functions that hold the inlined copies (no copy runs outside them).
     pub containers: Vec<(u64, u64)>,
-    /// For the trace's notes and the user: the functions found only or also inlined.
+    /// A copy lies where no function symbol does: no entry tells when it may run.
+    pub uncontained: bool,
+    /// For the trace's notes and the user: the functions found inlined.
     pub notes: Vec<String>,
 }
 
 impl RoiPlan {
     /// Finds the code of each `--roi` function in the program (see
     /// [`ElfImage::find_code`]).
-    pub fn find(
-        image: &ElfImage,
-        names: &[String],
-        inclusive: bool,
-    ) -> Result<RoiPlan, CaptureError> {
+    pub fn find(image: &ElfImage, names: &[String]) -> Result<RoiPlan, CaptureError> {
         let mut plan = RoiPlan::default();
         for name in names {
             let code = image.find_code(name).map_err(CaptureError::Roi)?;
-            if inclusive {
-                plan.functions.extend(&code.entries);
-                for c in &code.inlined {
-                    plan.inlined.push((c.start, c.end));
-                    if let Some(f) = &c.caller {
-                        plan.containers.push((f.start, f.start + f.size));
-                    }
+            plan.functions.extend(&code.entries);
+            plan.parts.extend(&code.parts);
+            for c in &code.inlined {
+                plan.inlined.push((c.start, c.end));
+                match &c.caller {
+                    Some(f) => plan.containers.push((f.start, f.start + f.size)),
+                    None => plan.uncontained = true,
                 }
-            } else {
-                plan.functions
-                    .extend(code.entries.iter().chain(&code.parts));
-                plan.functions
-                    .extend(code.inlined.iter().map(|c| (c.start, c.end)));
             }
             if !code.inlined.is_empty() {
                 plan.notes.push(inlined_note(name, &code));
             }
         }
-        for v in [&mut plan.functions, &mut plan.inlined, &mut plan.containers] {
+        for v in [
+            &mut plan.functions,
+            &mut plan.parts,
+            &mut plan.inlined,
+            &mut plan.containers,
+        ] {
             v.sort_unstable();
             v.dedup();
         }
         Ok(plan)
+    }
+
+    /// Every range of the functions' own code (an exclusive ROI records these alone).
+    pub fn own_code(&self) -> impl Iterator<Item = &(u64, u64)> {
+        self.functions
+            .iter()
+            .chain(&self.parts)
+            .chain(&self.inlined)
+    }
+
+    /// The plan with every address moved by `bias` (a position-independent program's load
+    /// bias).
+    pub fn biased(&self, bias: u64) -> RoiPlan {
+        let moved = |ranges: &[(u64, u64)]| -> Vec<(u64, u64)> {
+            ranges
+                .iter()
+                .map(|&(s, e)| (s.wrapping_add(bias), e.wrapping_add(bias)))
+                .collect()
+        };
+        RoiPlan {
+            functions: moved(&self.functions),
+            parts: moved(&self.parts),
+            inlined: moved(&self.inlined),
+            containers: moved(&self.containers),
+            uncontained: self.uncontained,
+            notes: Vec::new(),
+        }
     }
 }
 

@@ -433,18 +433,7 @@ impl Tracer {
                     .map_or(0, |m| m.start.wrapping_sub(*base)),
                 None => 0,
             };
-            let biased = |ranges: &[(u64, u64)]| -> Vec<(u64, u64)> {
-                ranges
-                    .iter()
-                    .map(|&(s, e)| (s.wrapping_add(bias), e.wrapping_add(bias)))
-                    .collect()
-            };
-            self.roi_ranges = Some(RoiPlan {
-                functions: biased(&self.roi_link.functions),
-                inlined: biased(&self.roi_link.inlined),
-                containers: biased(&self.roi_link.containers),
-                notes: Vec::new(),
-            });
+            self.roi_ranges = Some(self.roi_link.biased(bias));
         }
         self.roi_ranges.get_or_insert_with(RoiPlan::default)
     }
@@ -481,15 +470,15 @@ impl Tracer {
         let inside = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, e)| ip >= s && ip < e);
         let entry = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, _)| s == ip);
         let inclusive = self.roi == Roi::Inclusive;
-        let (in_roi, in_inlined, at_entry, at_container) = if self.roi == Roi::None {
+        let (own_code, in_inlined, at_entry, at_container) = if self.roi == Roi::None {
             (true, false, false, false)
         } else {
             let r = self.roi_ranges();
             (
-                inside(&r.functions),
-                inclusive && inside(&r.inlined),
-                inclusive && entry(&r.functions),
-                inclusive && entry(&r.containers),
+                r.own_code().any(|&(s, e)| ip >= s && ip < e),
+                inside(&r.inlined),
+                entry(&r.functions),
+                entry(&r.containers),
             )
         };
         if let Some(t) = self.threads.get_mut(&tid).filter(|t| t.awaits_roi) {
@@ -522,15 +511,18 @@ impl Tracer {
         } else if returns(t.container_return) {
             t.container_return = None;
         }
-        if in_inlined && decoded.as_ref().is_some_and(is_call) {
+        if inclusive && in_inlined && decoded.as_ref().is_some_and(is_call) {
             t.inlined_call = true;
         }
         let recording = match self.roi {
             Roi::None => true,
-            Roi::Exclusive => in_roi,
+            Roi::Exclusive => own_code,
             Roi::Inclusive => t.roi_return.is_some() || in_inlined,
         };
-        if inclusive && !recording && t.container_return.is_none() && self.wait_for_roi(tid) {
+        // The ROI's code runs only while one of its functions or a function holding an
+        // inlined copy is open: outside them a thread runs natively until an entry.
+        let open = t.roi_return.is_some() || t.container_return.is_some();
+        if self.roi != Roi::None && !recording && !open && self.wait_for_roi(tid) {
             return Ok(());
         }
         let Some(t) = self.threads.get_mut(&tid) else {
@@ -581,15 +573,19 @@ impl Tracer {
         Ok(())
     }
 
-    /// Outside an inclusive ROI, a thread runs natively until it reaches an entry: hardware
-    /// breakpoints there stop it, and stepping resumes (stepping everything outside took a
-    /// minute for a program that runs 2 ms). False where they cannot be set (more than 4
-    /// functions, or the kernel refused): the thread steps on.
-    /// With inlined copies, the functions that hold them are entries too (no copy runs
-    /// outside them); a thread that was attached inside one would not be seen to enter it,
-    /// so attached threads step on.
+    /// Outside the ROI's functions, a thread runs natively until it reaches an entry:
+    /// hardware breakpoints there stop it, and stepping resumes (stepping everything outside
+    /// took a minute for a program that runs 2 ms). With inlined copies, the functions that
+    /// hold them are entries too (no copy runs outside them). False where they cannot be set
+    /// (more than 4 entries, a copy outside any function, or the kernel refused): the thread
+    /// steps on. So do threads attached (`--pid`) inside a function whose own code an
+    /// exclusive ROI records or that holds inlined copies: its entry would not be seen.
     fn wait_for_roi(&mut self, tid: Pid) -> bool {
+        let exclusive = self.roi == Roi::Exclusive;
         let r = self.roi_ranges();
+        if r.uncontained {
+            return false;
+        }
         let (has_containers, mut entries): (bool, Vec<u64>) = (
             !r.containers.is_empty(),
             r.functions
@@ -603,7 +599,7 @@ impl Tracer {
         if entries.is_empty() || entries.len() > 4 {
             return false;
         }
-        if has_containers && self.threads.get(&tid).is_some_and(|t| t.attached) {
+        if (has_containers || exclusive) && self.threads.get(&tid).is_some_and(|t| t.attached) {
             return false;
         }
         if !ptrace_sys::set_exec_breakpoints(tid, &entries) {
@@ -765,7 +761,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             ))
         }
     };
-    let roi_link = RoiPlan::find(&image, &cfg.roi, cfg.roi_inclusive)?;
+    let roi_link = RoiPlan::find(&image, &cfg.roi)?;
     let notes = roi_link.notes.clone();
     let output = &cfg.output;
     let out_err = |cause| CaptureError::Output {

@@ -181,14 +181,21 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     if output.to_string_lossy().contains(',') {
         return Err(CaptureError::CommaInPath(output));
     }
-    let roi = RoiPlan::find(&program.image, &cfg.roi, cfg.roi_inclusive)?;
+    let roi = RoiPlan::find(&program.image, &cfg.roi)?;
     // The ROI's part of the plugin's argument, checked before the trace file is created.
     let mut roi_arg = String::new();
     if !cfg.roi.is_empty() {
-        for (s, e) in &roi.functions {
+        // Exclusive: the functions' own code wherever it lies. Inclusive: the out-of-line
+        // copies open the ROI, the inlined ones are recorded where they run.
+        let (opening, inlined) = if cfg.roi_inclusive {
+            (roi.functions.clone(), &roi.inlined[..])
+        } else {
+            (roi.own_code().copied().collect(), &[][..])
+        };
+        for (s, e) in &opening {
             roi_arg.push_str(&format!(",roi={s:#x}:{e:#x}"));
         }
-        for (s, e) in &roi.inlined {
+        for (s, e) in inlined {
             roi_arg.push_str(&format!(",inlined={s:#x}:{e:#x}"));
         }
         if program.image.is_pie {
@@ -213,7 +220,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             return Err(CaptureError::Invalid(format!(
                 "--roi {}: {} code ranges ({} of them inlined copies) are more than QEMU's plugin argument can carry: name the function(s) that call it instead",
                 cfg.roi.join(", "),
-                roi.functions.len() + roi.inlined.len(),
+                roi.own_code().count(),
                 roi.inlined.len()
             )));
         }
