@@ -26,6 +26,8 @@ pub enum SymbolError {
     NotElf { path: PathBuf, why: String },
     #[error("{path} is a {arch} ELF file; mgbench captures x86-64 programs only")]
     WrongArch { path: PathBuf, arch: String },
+    #[error("{name:?} is not in {path} but in a shared library it loads (the program imports it): --roi finds the program's own functions only; name the program's function that calls it")]
+    InLibrary { name: String, path: PathBuf },
     #[error("no function named {name:?} in {path}{}", suggestions(.close))]
     UnknownFunction {
         name: String,
@@ -64,6 +66,8 @@ pub struct ElfImage {
     /// file's first page); runtime start of that mapping minus this is the load bias.
     pub load_base: u64,
     pub functions: Vec<FunctionSymbol>,
+    /// Names it imports from shared libraries (undefined dynamic symbols).
+    pub imports: Vec<String>,
     /// The file that holds its DWARF (itself, or its separate debug file), where
     /// [`ElfImage::find_code`] finds the copies of a function that the compiler inlined.
     pub dwarf: Option<PathBuf>,
@@ -235,6 +239,14 @@ impl ElfImage {
         }
         functions.sort_by(|a, b| (a.start, &a.raw_name).cmp(&(b.start, &b.raw_name)));
         functions.dedup_by(|a, b| a.start == b.start && a.raw_name == b.raw_name);
+        let mut imports: Vec<String> = file
+            .dynamic_symbols()
+            .filter(|s| s.is_undefined())
+            .filter_map(|s| s.name().ok().map(demangle))
+            .filter(|n| !n.is_empty())
+            .collect();
+        imports.sort_unstable();
+        imports.dedup();
         let load_base = file
             .segments()
             .filter(|s| s.file_range().0 == 0)
@@ -247,6 +259,7 @@ impl ElfImage {
             entry: file.entry(),
             is_pie: file.kind() == object::ObjectKind::Dynamic,
             functions,
+            imports,
             dwarf: if has_dwarf {
                 Some(path.to_path_buf())
             } else {
@@ -331,6 +344,16 @@ impl ElfImage {
     }
 
     fn unknown(&self, name: &str) -> SymbolError {
+        if self
+            .imports
+            .iter()
+            .any(|i| i == name || call_names(i).any(|n| n == name))
+        {
+            return SymbolError::InLibrary {
+                name: name.to_string(),
+                path: self.path.clone(),
+            };
+        }
         SymbolError::UnknownFunction {
             name: name.to_string(),
             path: self.path.clone(),
@@ -970,6 +993,14 @@ mod tests {
         assert!(img.entry != 0);
         let e = img.find_function("no_such_function_anywhere").unwrap_err();
         assert!(e.to_string().contains("no function named"));
+        // A function of a shared library it loads.
+        assert!(
+            img.imports.iter().any(|i| i == "malloc"),
+            "{:?}",
+            img.imports
+        );
+        let e = img.find_code("malloc").unwrap_err().to_string();
+        assert!(e.contains("in a shared library"), "{e}");
     }
 
     #[test]

@@ -889,6 +889,11 @@ fn roi_errors_and_never_entered() {
         e.contains("no function named \"spmv_row\"") && e.contains("close matches: spmv_rows"),
         "{e}"
     );
+    // A C library function: not the program's, and said so (not "is it stripped?").
+    let o = mgbench(&["capture", "--roi", "malloc", &app("spmv")], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("in a shared library it loads"), "{e}");
     let o = mgbench(
         &[
             "capture",
