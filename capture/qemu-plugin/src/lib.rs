@@ -568,30 +568,26 @@ extern "C" fn roi_mem_cb(vcpu: c_uint, info: qemu_plugin_meminfo_t, addr: u64, u
     }
 }
 
+/// A memory callback, as QEMU calls it.
+type MemCb = extern "C" fn(c_uint, qemu_plugin_meminfo_t, u64, *mut c_void);
+
+/// Set in the user data of [`roi_inlined_cb`] for a call instruction (user-space addresses
+/// stay below 2^47).
+const INLINED_CALL: u64 = 1 << 63;
+
 /// The memory callback of an inlined copy's instructions (inclusive ROI; see
-/// [`Vcpu::record_inlined`]).
+/// [`Vcpu::record_inlined`]): the ip travels in the user data, with [`INLINED_CALL`] for a
+/// call.
 extern "C" fn roi_inlined_cb(
     vcpu: c_uint,
     info: qemu_plugin_meminfo_t,
     addr: u64,
     udata: *mut c_void,
 ) {
+    let data = udata as u64;
     // SAFETY: QEMU runs memory callbacks on the vCPU's own thread.
     if let Some(v) = unsafe { vcpu_state(vcpu) } {
-        v.record_inlined(udata as u64, addr, info, false);
-    }
-}
-
-/// [`roi_inlined_cb`] of a call instruction in an inlined copy.
-extern "C" fn roi_inlined_call_cb(
-    vcpu: c_uint,
-    info: qemu_plugin_meminfo_t,
-    addr: u64,
-    udata: *mut c_void,
-) {
-    // SAFETY: QEMU runs memory callbacks on the vCPU's own thread.
-    if let Some(v) = unsafe { vcpu_state(vcpu) } {
-        v.record_inlined(udata as u64, addr, info, true);
+        v.record_inlined(data & !INLINED_CALL, addr, info, data & INLINED_CALL != 0);
     }
 }
 
@@ -891,14 +887,13 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             }
             _ => {}
         }
-        let cb = if in_inlined && is_call(bytes) {
-            roi_inlined_call_cb
-        } else if in_inlined {
-            roi_inlined_cb
+        let (cb, data): (MemCb, u64) = if in_inlined {
+            let call = if is_call(bytes) { INLINED_CALL } else { 0 };
+            (roi_inlined_cb, vaddr | call)
         } else if p.cfg.roi_mode == RoiMode::Inclusive {
-            roi_mem_cb
+            (roi_mem_cb, vaddr)
         } else {
-            mem_cb
+            (mem_cb, vaddr)
         };
         // SAFETY: registering the memory callback; the ip travels as the user-data pointer.
         unsafe {
@@ -907,7 +902,7 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
                 cb,
                 QEMU_PLUGIN_CB_NO_REGS,
                 QEMU_PLUGIN_MEM_RW,
-                vaddr as *mut c_void,
+                data as *mut c_void,
             )
         };
     }
