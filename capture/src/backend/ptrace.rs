@@ -130,7 +130,8 @@ struct ThreadState {
     native_since: Instant,
     due: Option<Instant>,
     /// Where the return address of the ROI's open entry lies (its stack pointer then): inside
-    /// an inclusive ROI while set, until the `ret` that loads it.
+    /// an inclusive ROI while set, until the `ret` that loads it (an exclusive ROI steps
+    /// while it is set, recording the functions' own instructions).
     roi_return: Option<u64>,
     /// The thread's own CPU mask while it steps on the tracer's CPU (see [`Pin`]).
     restore: Option<CpuMask>,
@@ -149,8 +150,8 @@ struct ThreadState {
     /// callee's entry opens an inclusive ROI as a ROI function's entry does.
     inlined_call: bool,
     /// Where the return address of the open entry of a function that holds inlined copies
-    /// lies (inclusive ROI): the thread steps until the `ret` that loads it, rather than
-    /// waiting on breakpoints, since an inlined copy may run anywhere in it.
+    /// lies: the thread steps until the `ret` that loads it, rather than waiting on
+    /// breakpoints, since an inlined copy may run anywhere in it.
     container_return: Option<u64>,
 }
 
