@@ -638,6 +638,10 @@ pub struct SourceLocation {
     pub function: Option<String>,
     pub file: Option<String>,
     pub line: Option<u32>,
+    /// Where the compiler inlined another function's code into `function` (DWARF's inlined
+    /// subroutines): that function, the innermost, whose source `file` and `line` are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inlined: Option<String>,
 }
 
 impl SourceLocation {
@@ -651,9 +655,28 @@ impl SourceLocation {
         }
     }
 
-    /// "function (file:line)" or what is known of it.
+    /// The function whose source line this is: the inlined one where the compiler inlined
+    /// it, else [`SourceLocation::function_or_object`].
+    pub fn source_function(&self) -> String {
+        match &self.inlined {
+            Some(i) => i.clone(),
+            None => self.function_or_object(),
+        }
+    }
+
+    /// "function (file:line)" or what is known of it; "gather, inlined in main (g.c:4)".
     pub fn describe(&self) -> String {
-        let func = self.function.as_deref().unwrap_or("??");
+        let outer = self.function.as_deref().unwrap_or("??");
+        let inlined;
+        let func = match &self.inlined {
+            Some(i) => {
+                // (C++: without return type and parameters, `k::gather<double>`.)
+                let short = call_names(i).next().unwrap_or(i);
+                inlined = format!("{short}, inlined in {outer}");
+                inlined.as_str()
+            }
+            None => outer,
+        };
         match (&self.file, self.line) {
             (Some(f), Some(l)) => format!("{func} ({}:{l})", short_path(f)),
             (Some(f), None) => format!("{func} ({})", short_path(f)),
@@ -763,6 +786,16 @@ impl Symbolizer {
         if let Ok(Some(l)) = obj.loader.find_location(elf_addr) {
             loc.file = l.file.map(str::to_string);
             loc.line = l.line;
+        }
+        // Inlined code: DWARF's frames at the address, innermost first, more than one.
+        if let Ok(mut frames) = obj.loader.find_frames(elf_addr) {
+            let innermost = frames.next().ok().flatten().and_then(|f| {
+                f.function
+                    .and_then(|n| n.raw_name().ok().map(|r| demangle(&r)))
+            });
+            if innermost.is_some() && frames.next().ok().flatten().is_some() {
+                loc.inlined = innermost.filter(|i| Some(i) != loc.function.as_ref());
+            }
         }
         loc
     }

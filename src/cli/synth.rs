@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
+use mgbench_capture::symbols::call_names;
 use mgbench_synth::analyze::{analyze, AnalyzeConfig};
 use mgbench_synth::{apex_entry, pattern_file, synthesize, SynthConfig, SynthReport, Verdict};
 
@@ -379,7 +380,13 @@ pub fn profile(args: ProfileArgs) -> Result<i32> {
         eprintln!(
             "  {:<32} {} ({}), {} dynamic instances, element size {} B",
             p.name,
-            p.source.function.as_deref().unwrap_or("??"),
+            match (
+                &p.source.inlined,
+                p.source.function.as_deref().unwrap_or("??")
+            ) {
+                (Some(i), f) => format!("{}, inlined in {f}", call_names(i).next().unwrap_or(i)),
+                (None, f) => f.to_string(),
+            },
             match (&p.source.file, p.source.line) {
                 (Some(f), Some(l)) => format!("{f}:{l}"),
                 _ => p.source.ip.clone(),

@@ -66,6 +66,10 @@ impl PatternKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Source {
     pub function: Option<String>,
+    /// The function the compiler inlined into `function` there, whose source line this is
+    /// (absent where nothing was inlined).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inlined: Option<String>,
     pub file: Option<String>,
     pub line: Option<u32>,
     /// Instruction address, "0x401136".
@@ -576,7 +580,9 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
         let r = rec.finish();
         // C++ names without return type and parameters: `k::gather<double>`.
         let short = |f: &str| call_names(f).next().unwrap_or(f).to_string();
-        let base = match (c.source.function.as_deref().map(short), c.source.line) {
+        // Named after the function whose line it is: the inlined one, where it was inlined.
+        let named = c.source.inlined.as_deref().or(c.source.function.as_deref());
+        let base = match (named.map(short), c.source.line) {
             (Some(f), Some(l)) => format!("{f}:{l}-{}", c.kind.as_str()),
             (Some(f), None) => format!("{f}-{}", c.kind.as_str()),
             // No name: where it is in its file, the same from run to run.
@@ -602,6 +608,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             count: r.count,
             source: Source {
                 function: c.source.function.clone(),
+                inlined: c.source.inlined.clone(),
                 file: c.source.file.clone(),
                 line: c.source.line,
                 ip: c.ip.clone(),

@@ -482,7 +482,7 @@ int main(int argc, char **argv) {
   int n = 1000 + argc;
   long *t = malloc(8 * n);
   int *idx = malloc(4 * n);
-  for (int i = 0; i < n; i++) { t[i] = i; idx[i] = (i * 7919) % n; }
+  for (int i = 0; i < n; i++) { t[i] = i; idx[i] = (int)(((long)i * i * 31 + i * 7) % n); }
   long s = 0;
   for (int r = 0; r < 3; r++) s += gather(t, idx, n);
   printf("%ld\n", s);
@@ -570,6 +570,47 @@ int main(int argc, char **argv) {
             .sum();
         assert_eq!(outside, 0, "{extra:?}: {:?}", own(&roi));
     }
+    // Where they come from: the inlined function, in the function that holds it, and synth
+    // names the pattern after the function whose line it is.
+    let t = read_trace(&dir.join("full.mgbt"));
+    let mut sym = Symbolizer::new(t.mappings.clone());
+    let hot = t
+        .chunks
+        .iter()
+        .flat_map(|c| c.accesses.iter())
+        .map(|a| sym.resolve(a.ip))
+        .find(|l| l.line == Some(gather_line))
+        .unwrap();
+    assert_eq!(hot.function.as_deref(), Some("main"), "{hot:?}");
+    assert_eq!(hot.inlined.as_deref(), Some("gather"), "{hot:?}");
+    assert!(
+        hot.describe()
+            .starts_with("gather, inlined in main (inl.c:"),
+        "{hot:?}"
+    );
+    let o = mgbench(
+        &[
+            "synth",
+            "full.mgbt",
+            "-o",
+            "p.json",
+            "--min-instances",
+            "100",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let pats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("p.json")).unwrap()).unwrap();
+    let p = pats
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["source"]["line"] == gather_line)
+        .unwrap_or_else(|| panic!("no pattern at line {gather_line}: {}", stderr(&o)));
+    assert_eq!(p["name"], format!("gather:{gather_line}-gather"));
+    assert_eq!(p["source"]["function"], "main");
+    assert_eq!(p["source"]["inlined"], "gather");
 }
 
 /// Fortran as gdb takes it: a module procedure answers to `spmv` and `kernels::spmv`
