@@ -277,7 +277,16 @@ fn by_function_tracks_the_busiest_functions_not_the_first_met() {
     assert!(o.status.success(), "{}", stderr(&o));
     let mut per_function: std::collections::HashMap<String, u64> = Default::default();
     for line in stdout(&o).lines() {
-        // "function (file:line)", or "?? [object]" for code without a name (one row each).
+        // "function (file:line)", or "?? [object]" for code without a name (one row each);
+        // "inlined, inlined in function (file:line)" where the compiler inlined code: analyze
+        // counts the out-of-line function.
+        let line = match line.split_once(", inlined in ") {
+            Some((fields, outer)) => {
+                let fields: Vec<&str> = fields.split_whitespace().take(6).collect();
+                format!("{} {outer}", fields.join(" "))
+            }
+            None => line.to_string(),
+        };
         let mut f = line.split_whitespace().skip(6);
         let function = match (f.next().unwrap_or("??"), f.next()) {
             ("??", Some(o)) if o.starts_with('[') => format!("?? {o}"),
