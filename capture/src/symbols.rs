@@ -407,8 +407,7 @@ fn inlined_copies(path: &Path, name: &str) -> Vec<(u64, u64)> {
         return Vec::new();
     };
     let dwarf = sections.borrow(|s| gimli::EndianSlice::new(s, endian));
-    // The last component of the name, without template arguments: an entry whose names do
-    // not contain it is not demangled.
+    // The last component of the name, without template arguments.
     let tail = call_names(name).last().unwrap_or(name).to_string();
     // Subprogram entries by global offset: whether their own names answer, and the entry
     // they refer to for the rest.
@@ -455,16 +454,21 @@ fn inlined_copies(path: &Path, name: &str) -> Vec<(u64, u64)> {
                 let own = string(e, gimli::DW_AT_name);
                 let linkage = string(e, gimli::DW_AT_linkage_name)
                     .or_else(|| string(e, gimli::DW_AT_MIPS_linkage_name));
+                // (Manglings keep identifiers as they are: a name without the query's last
+                // component is not demangled.)
                 let answers = own.as_deref().is_some_and(|n| {
-                    let qualified: Vec<&str> = scopes
-                        .iter()
-                        .map(|(_, s)| s.as_str())
-                        .chain(std::iter::once(n))
-                        .collect();
-                    n == name || call_names(&qualified.join("::")).any(|q| q == name)
+                    n == name
+                        || n.contains(&tail) && {
+                            let qualified: Vec<&str> = scopes
+                                .iter()
+                                .map(|(_, s)| s.as_str())
+                                .chain(std::iter::once(n))
+                                .collect();
+                            call_names(&qualified.join("::")).any(|q| q == name)
+                        }
                 }) || linkage.as_deref().is_some_and(|l| {
                     l == name
-                        || (l.contains(&tail) || l.starts_with("_Z")) && {
+                        || l.contains(&tail) && {
                             let d = demangle(l);
                             d == name || call_names(&d).any(|q| q == name)
                         }

@@ -344,21 +344,20 @@ fn profile_compacts_only_the_patterns_that_do_not_fit() {
 }
 
 /// A C++ template function: `--roi` takes the name a programmer writes (`k::gather`, as gdb
-/// does), and the pattern is named without return type and parameters.
+/// does), and the pattern is named without return type and parameters; so too where `-O2`
+/// inlined it into `main` (no symbol of its own: found in DWARF, named after the function
+/// whose line it is).
 #[test]
 fn cpp_functions_are_found_and_named_as_written() {
     if !have("qemu-x86_64", "capturing a C++ program") || !have("g++", "a C++ program") {
         return;
     }
-    let dir = temp_dir("synth-cpp");
-    std::fs::write(
-        dir.join("g.cpp"),
-        r#"#include <cstdint>
+    const SRC: &str = r#"#include <cstdint>
 #include <cstdio>
 #include <vector>
 namespace k {
 template <class T>
-__attribute__((noinline)) T gather(const std::vector<T> &x, const std::vector<uint32_t> &idx) {
+ATTR T gather(const std::vector<T> &x, const std::vector<uint32_t> &idx) {
     T s = 0;
     for (auto i : idx) s += x[i];
     return s;
@@ -371,27 +370,40 @@ int main() {
     for (auto &i : idx) i = (r = r * 1664525u + 1013904223u) % (1 << 14);
     std::printf("%f\n", k::gather(x, idx));
 }
-"#,
-    )
-    .unwrap();
-    let o = std::process::Command::new("g++")
-        .args(["-O2", "-g", "-o", "g", "g.cpp"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    capture(&dir, "g.mgbt", &["--roi", "k::gather", "./g"]);
-    let o = mgbench(&["synth", "g.mgbt", "-o", "g.json"], &dir);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("g.json")).unwrap()).unwrap();
-    let names: Vec<&str> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names.len(), 1, "{names:?}");
-    assert!(names[0].starts_with("k::gather<double>:"), "{names:?}");
-    assert_eq!(v[0]["pattern"].as_array().unwrap().len(), 1 << 14);
+"#;
+    let dir = temp_dir("synth-cpp");
+    for (attr, inlined) in [("__attribute__((noinline))", false), ("inline", true)] {
+        std::fs::write(dir.join("g.cpp"), SRC.replace("ATTR", attr)).unwrap();
+        let o = std::process::Command::new("g++")
+            .args(["-O2", "-g", "-o", "g", "g.cpp"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let img = mgbench_capture::symbols::ElfImage::open(&dir.join("g")).unwrap();
+        assert_eq!(img.find_function("k::gather").is_err(), inlined);
+        capture(&dir, "g.mgbt", &["--roi", "k::gather", "./g"]);
+        let o = mgbench(&["synth", "g.mgbt", "-o", "g.json"], &dir);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("g.json")).unwrap()).unwrap();
+        let names: Vec<&str> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names.len(), 1, "{attr}: {names:?}");
+        assert!(
+            names[0].starts_with("k::gather<double>:"),
+            "{attr}: {names:?}"
+        );
+        assert_eq!(v[0]["pattern"].as_array().unwrap().len(), 1 << 14);
+        if inlined {
+            assert_eq!(v[0]["source"]["function"], "main");
+            assert!(v[0]["source"]["inlined"]
+                .as_str()
+                .is_some_and(|f| f.contains("k::gather<double>")));
+        }
+    }
 }
