@@ -26,7 +26,7 @@ pub enum SymbolError {
     NotElf { path: PathBuf, why: String },
     #[error("{path} is a {arch} ELF file; mgbench captures x86-64 programs only")]
     WrongArch { path: PathBuf, arch: String },
-    #[error("{name:?} is not in {path} but in a shared library it loads (the program imports it): --roi finds the program's own functions only; name the program's function that calls it")]
+    #[error("{name:?} is not in {path} but in a shared library it loads (the program imports it)")]
     InLibrary { name: String, path: PathBuf },
     #[error("no function named {name:?} in {path}{}", suggestions(.close))]
     UnknownFunction {
@@ -68,6 +68,8 @@ pub struct ElfImage {
     pub functions: Vec<FunctionSymbol>,
     /// Names it imports from shared libraries (undefined dynamic symbols).
     pub imports: Vec<String>,
+    /// Its dynamic loader (PT_INTERP), for a dynamically linked program.
+    pub interp: Option<PathBuf>,
     /// The file that holds its DWARF (itself, or its separate debug file), where
     /// [`ElfImage::find_code`] finds the copies of a function that the compiler inlined.
     pub dwarf: Option<PathBuf>,
@@ -260,6 +262,12 @@ impl ElfImage {
             is_pie: file.kind() == object::ObjectKind::Dynamic,
             functions,
             imports,
+            interp: file
+                .section_by_name(".interp")
+                .and_then(|s| s.data().ok())
+                .map(|d| d.split(|&b| b == 0).next().unwrap_or_default())
+                .filter(|d| !d.is_empty())
+                .map(|d| PathBuf::from(String::from_utf8_lossy(d).into_owned())),
             dwarf: if has_dwarf {
                 Some(path.to_path_buf())
             } else {

@@ -3,7 +3,8 @@
 //!
 //! Loaded by `mgbench capture` as
 //! `qemu-x86_64 -plugin libmgbench_qemu_plugin.so,out=TRACE,status=FILE[,spill=FILE,window=W,period=P]
-//! [,roi=START:END,...,exe=PATH,exe_base=A,roi_mode=inclusive|exclusive] PROGRAM ARGS`.
+//! [,roi=START:END,...,exe=PATH,exe_base=A,lib=PATH,lib_base=A,roi=...,roi_mode=inclusive|exclusive]
+//! PROGRAM ARGS` (`roi=` and `inlined=` ranges after a `lib=` are that shared library's).
 //! mgbench writes the trace header; the plugin appends frames; mgbench appends the end frame.
 //!
 //! Each guest thread is a QEMU vCPU with its own state: a slot of raw accesses and the
@@ -99,6 +100,8 @@ struct Config {
     /// Position-independent program: its path and the link address of its file offset 0.
     exe: Option<String>,
     exe_base: u64,
+    /// ROI code in shared libraries, placed when each is mapped.
+    libs: Vec<LibRoi>,
     roi_mode: RoiMode,
     level: i32,
     /// Live RDX instead of a trace (`out` is then the events file).
@@ -120,6 +123,7 @@ impl Config {
             inlined: Vec::new(),
             exe: None,
             exe_base: 0,
+            libs: Vec::new(),
             roi_mode: RoiMode::None,
             // zstd's fastest level that still entropy-codes literals (negative levels store
             // them raw): with chunks in columns it is both faster and smaller than level -1.
@@ -170,11 +174,27 @@ impl Config {
                         .split_once(':')
                         .ok_or_else(|| format!("{k}={v}: expected START:END"))?;
                     let range = (num(k, s)?, num(k, e)?);
+                    // After a `lib=`, the ranges are that library's.
+                    let (roi, inlined) = match c.libs.last_mut() {
+                        Some(l) => (&mut l.roi, &mut l.inlined),
+                        None => (&mut c.roi, &mut c.inlined),
+                    };
                     if k == "roi" {
-                        c.roi.push(range);
+                        roi.push(range);
                     } else {
-                        c.inlined.push(range);
+                        inlined.push(range);
                     }
+                }
+                "lib" => c.libs.push(LibRoi {
+                    path: v.to_string(),
+                    ..LibRoi::default()
+                }),
+                "lib_base" => {
+                    let base = num(k, v)?;
+                    c.libs
+                        .last_mut()
+                        .ok_or_else(|| format!("lib_base={v} before any lib="))?
+                        .base = base;
                 }
                 "roi_mode" => {
                     c.roi_mode = match v {
@@ -195,13 +215,95 @@ impl Config {
                 c.window, c.period
             ));
         }
-        if !(c.roi.is_empty() && c.inlined.is_empty()) && c.roi_mode == RoiMode::None {
+        let ranges = c.roi.len() + c.inlined.len();
+        let lib_ranges: usize = c.libs.iter().map(|l| l.roi.len() + l.inlined.len()).sum();
+        if ranges + lib_ranges > 0 && c.roi_mode == RoiMode::None {
             c.roi_mode = RoiMode::Inclusive;
         }
         if rdx.period > 0 {
             c.rdx = Some(rdx);
         }
         Ok(c)
+    }
+}
+
+/// A shared library's ROI code, at link-time addresses.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct LibRoi {
+    path: String,
+    /// The link address of its file offset 0.
+    base: u64,
+    roi: Ranges,
+    inlined: Ranges,
+}
+
+/// ROI ranges at run time: the program's, placed at the first translation, and each
+/// library's, placed when a read of the mappings first finds it.
+#[derive(Default)]
+struct RoiRuntime {
+    started: bool,
+    functions: Ranges,
+    inlined: Ranges,
+    /// Libraries (indices in `Config::libs`) not mapped yet.
+    pending: Vec<usize>,
+    /// Where files were mapped before the guest ran: QEMU's own copies (its C library has
+    /// the path of the guest's), never the guest's.
+    host: Vec<u64>,
+}
+
+impl RoiRuntime {
+    fn add(&mut self, roi: &[Range], inlined: &[Range], bias: u64) {
+        let moved = |r: &Range| (r.0.wrapping_add(bias), r.1.wrapping_add(bias));
+        self.functions.extend(roi.iter().map(moved));
+        self.inlined.extend(inlined.iter().map(moved));
+    }
+
+    /// Places what `maps` shows loaded: the program first (position-independent ones load
+    /// at a bias chosen at run time: the mapping of its file offset 0 against its link
+    /// address; `qemu_plugin_entry_code` reports the dynamic loader's entry), then libraries.
+    fn place(&mut self, cfg: &Config, maps: &[Mapping]) {
+        // (The program itself is mapped by QEMU before it runs: it is looked for among them.)
+        if !self.started {
+            self.host = maps
+                .iter()
+                .filter(|m| m.offset == 0 && !m.path.is_empty())
+                .map(|m| m.start)
+                .collect();
+        }
+        let host = self.host.clone();
+        let mapped = |path: &str| {
+            maps.iter()
+                .find(|m| m.offset == 0 && m.path == path && !host.contains(&m.start))
+        };
+        if !self.started {
+            self.started = true;
+            let bias = match &cfg.exe {
+                None => 0,
+                Some(exe) => match maps.iter().find(|m| m.offset == 0 && &m.path == exe) {
+                    Some(m) => m.start.wrapping_sub(cfg.exe_base),
+                    None => {
+                        sys::outs(&format!(
+                            "cannot find {exe} in /proc/self/maps: --roi addresses may be wrong"
+                        ));
+                        0
+                    }
+                },
+            };
+            self.add(&cfg.roi, &cfg.inlined, bias);
+            self.pending = (0..cfg.libs.len()).collect();
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.retain(|&i| {
+            let lib = &cfg.libs[i];
+            match mapped(&lib.path) {
+                Some(m) => {
+                    self.add(&lib.roi, &lib.inlined, m.start.wrapping_sub(lib.base));
+                    false
+                }
+                None => true,
+            }
+        });
+        self.pending = pending;
     }
 }
 
@@ -506,9 +608,8 @@ struct Plugin {
     writer: Mutex<Option<JoinHandle<WriterReport>>>,
     failed: AtomicBool,
     maps: Mutex<Vec<(u64, u64)>>,
-    /// ROI ranges at run time (link-time ranges plus the load bias), set at first
-    /// translation: the functions', and the inlined copies'.
-    roi_runtime: OnceLock<(Ranges, Ranges)>,
+    /// ROI ranges at run time (link-time ranges plus the load bias).
+    roi_runtime: Mutex<RoiRuntime>,
 }
 
 static PLUGIN: OnceLock<Plugin> = OnceLock::new();
@@ -780,38 +881,6 @@ fn is_call(bytes: &[u8]) -> bool {
     }
 }
 
-/// The ROI functions' ranges and the inlined copies', at run time.
-fn roi_ranges(p: &Plugin) -> (&[Range], &[Range]) {
-    let (functions, inlined) = p.roi_runtime.get_or_init(|| {
-        // Position-independent programs load at a bias chosen at run time: find the mapping
-        // of the program's first byte (file offset 0) and compare with its link address.
-        // (qemu_plugin_entry_code reports the dynamic loader's entry, so it cannot be used.)
-        let bias = match &p.cfg.exe {
-            None => 0,
-            Some(exe) => match read_proc_maps()
-                .iter()
-                .find(|m| m.offset == 0 && &m.path == exe)
-            {
-                Some(m) => m.start.wrapping_sub(p.cfg.exe_base),
-                None => {
-                    sys::outs(&format!(
-                        "cannot find {exe} in /proc/self/maps: --roi addresses may be wrong"
-                    ));
-                    0
-                }
-            },
-        };
-        let biased = |ranges: &[Range]| -> Ranges {
-            ranges
-                .iter()
-                .map(|&(s, e)| (s.wrapping_add(bias), e.wrapping_add(bias)))
-                .collect()
-        };
-        (biased(&p.cfg.roi), biased(&p.cfg.inlined))
-    });
-    (functions, inlined)
-}
-
 extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     let p = plugin();
     // SAFETY: `tb` is valid for the duration of this callback; QEMU owns it.
@@ -821,10 +890,16 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         register_counting(tb, c);
         return;
     }
-    let (roi, inlined) = if p.cfg.roi_mode == RoiMode::None {
-        (&[][..], &[][..])
-    } else {
-        roi_ranges(p)
+    let runtime = (p.cfg.roi_mode != RoiMode::None).then(|| {
+        let mut rt = p.roi_runtime.lock().unwrap_or_else(|e| e.into_inner());
+        if !rt.started {
+            rt.place(&p.cfg, &read_proc_maps());
+        }
+        rt
+    });
+    let (roi, inlined) = match &runtime {
+        Some(rt) => (&rt.functions[..], &rt.inlined[..]),
+        None => (&[][..], &[][..]),
     };
     for i in 0..n {
         // SAFETY: i < n instructions of this TB; handles are valid during the callback.
@@ -1064,6 +1139,13 @@ fn note_mappings(p: &Plugin, vaddr: u64) {
         return;
     }
     let maps = read_proc_maps();
+    if p.cfg.roi_mode != RoiMode::None {
+        // A library the ROI is in may have just been mapped.
+        let mut rt = p.roi_runtime.lock().unwrap_or_else(|e| e.into_inner());
+        if rt.started && !rt.pending.is_empty() {
+            rt.place(&p.cfg, &maps);
+        }
+    }
     // Only the mappings not sent yet (readers take the union of every mappings frame).
     let new: Vec<Mapping> = maps
         .iter()
@@ -1626,7 +1708,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
         writer: Mutex::new(None),
         failed: AtomicBool::new(false),
         maps: Mutex::new(Vec::new()),
-        roi_runtime: OnceLock::new(),
+        roi_runtime: Mutex::new(RoiRuntime::default()),
     };
     if PLUGIN.set(state).is_err() {
         sys::outs("loaded twice");

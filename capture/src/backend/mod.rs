@@ -156,40 +156,126 @@ pub(crate) struct RoiPlan {
     pub containers: Vec<(u64, u64)>,
     /// A copy lies where no function symbol does: no entry tells when it may run.
     pub uncontained: bool,
-    /// For the trace's notes and the user: the functions found inlined.
+    /// For the trace's notes and the user: the functions found inlined or in libraries.
     pub notes: Vec<String>,
+    /// ROI code in the shared libraries the program loads at start (a `--roi` function it
+    /// imports), at their own link-time addresses.
+    pub libs: Vec<LibPlan>,
+    /// At run time: some of `libs` are not mapped yet (see [`RoiPlan::placed`]).
+    pub pending: bool,
+}
+
+/// A shared library's part of a [`RoiPlan`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LibPlan {
+    pub path: String,
+    /// The link address of its file offset 0.
+    pub base: u64,
+    pub plan: RoiPlan,
 }
 
 impl RoiPlan {
     /// Finds the code of each `--roi` function in the program (see
     /// [`ElfImage::find_code`]).
+    /// A function the program imports is looked for in the libraries its dynamic loader
+    /// loads at start, in their order (`LOADER --list PROGRAM`, as `ldd` does).
     pub fn find(image: &ElfImage, names: &[String]) -> Result<RoiPlan, CaptureError> {
         let mut plan = RoiPlan::default();
+        let mut libraries: Option<Vec<PathBuf>> = None;
         for name in names {
-            let code = image.find_code(name).map_err(CaptureError::Roi)?;
-            plan.functions.extend(&code.entries);
-            plan.parts.extend(&code.parts);
-            for c in &code.inlined {
-                plan.inlined.push((c.start, c.end));
-                match &c.caller {
-                    Some(f) => plan.containers.push((f.start, f.start + f.size)),
-                    None => plan.uncontained = true,
+            let code = match image.find_code(name) {
+                Ok(code) => code,
+                Err(e @ SymbolError::InLibrary { .. }) => {
+                    let libs = libraries.get_or_insert_with(|| loaded_libraries(image));
+                    let found = libs.iter().find_map(|path| {
+                        let lib = ElfImage::open(path).ok()?;
+                        let code = lib.find_code(name).ok()?;
+                        Some((lib, code))
+                    });
+                    let Some((lib, code)) = found else {
+                        return Err(CaptureError::Invalid(format!(
+                            "--roi: {e}, which mgbench did not find among the libraries it loads at start ({} of them; one opened with dlopen cannot be named)",
+                            libs.len()
+                        )));
+                    };
+                    let path = lib.path.display().to_string();
+                    plan.notes.push(format!(
+                        "--roi {name}: in {} (a shared library the program loads)",
+                        crate::symbols::short_path(&path)
+                    ));
+                    let i = match plan.libs.iter().position(|l| l.path == path) {
+                        Some(i) => i,
+                        None => {
+                            plan.libs.push(LibPlan {
+                                path,
+                                base: lib.load_base,
+                                plan: RoiPlan::default(),
+                            });
+                            plan.libs.len() - 1
+                        }
+                    };
+                    let lib_plan = &mut plan.libs[i].plan;
+                    lib_plan.add(name, &code);
+                    plan.notes.append(&mut lib_plan.notes);
+                    continue;
                 }
-            }
-            if !code.inlined.is_empty() {
-                plan.notes.push(inlined_note(name, &code));
+                Err(e) => return Err(CaptureError::Roi(e)),
+            };
+            plan.add(name, &code);
+        }
+        plan.tidy();
+        for l in &mut plan.libs {
+            l.plan.tidy();
+        }
+        Ok(plan)
+    }
+
+    fn add(&mut self, name: &str, code: &crate::symbols::FunctionCode) {
+        self.functions.extend(&code.entries);
+        self.parts.extend(&code.parts);
+        for c in &code.inlined {
+            self.inlined.push((c.start, c.end));
+            match &c.caller {
+                Some(f) => self.containers.push((f.start, f.start + f.size)),
+                None => self.uncontained = true,
             }
         }
+        if !code.inlined.is_empty() {
+            self.notes.push(inlined_note(name, code));
+        }
+    }
+
+    fn tidy(&mut self) {
         for v in [
-            &mut plan.functions,
-            &mut plan.parts,
-            &mut plan.inlined,
-            &mut plan.containers,
+            &mut self.functions,
+            &mut self.parts,
+            &mut self.inlined,
+            &mut self.containers,
         ] {
             v.sort_unstable();
             v.dedup();
         }
-        Ok(plan)
+    }
+
+    /// At run time: the program's ranges moved by its load bias, with those of each library
+    /// that `maps` shows mapped (by the mapping of its file offset 0) added; `pending` where
+    /// one is not mapped yet.
+    pub fn placed(&self, bias: u64, maps: &[crate::trace::Mapping]) -> RoiPlan {
+        let mut out = self.biased(bias);
+        for l in &self.libs {
+            match maps.iter().find(|m| m.offset == 0 && m.path == l.path) {
+                Some(m) => {
+                    let lib = l.plan.biased(m.start.wrapping_sub(l.base));
+                    out.functions.extend(lib.functions);
+                    out.parts.extend(lib.parts);
+                    out.inlined.extend(lib.inlined);
+                    out.containers.extend(lib.containers);
+                    out.uncontained |= lib.uncontained;
+                }
+                None => out.pending = true,
+            }
+        }
+        out
     }
 
     /// Every range of the functions' own code (an exclusive ROI records these alone).
@@ -216,8 +302,38 @@ impl RoiPlan {
             containers: moved(&self.containers),
             uncontained: self.uncontained,
             notes: Vec::new(),
+            libs: Vec::new(),
+            pending: false,
         }
     }
+}
+
+/// The shared libraries the program's dynamic loader loads at start, in its order: what
+/// `LOADER --list PROGRAM` prints (`ldd`'s way; the loader maps them and exits, running
+/// none of the program's code). Empty for a static program, or when the loader fails.
+fn loaded_libraries(image: &ElfImage) -> Vec<PathBuf> {
+    let Some(interp) = &image.interp else {
+        return Vec::new();
+    };
+    let Ok(out) = std::process::Command::new(interp)
+        .arg("--list")
+        .arg(&image.path)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return Vec::new();
+    };
+    // "\tlibm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x...)"
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split("=> ").nth(1))
+        .filter_map(|r| r.split(" (").next())
+        .filter(|p| p.starts_with('/'))
+        // As /proc/PID/maps names them: `/tmp/x/./libk.so` is `/tmp/x/libk.so`, and
+        // `/lib` a link to `/usr/lib`.
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p)))
+        .collect()
 }
 
 /// "--roi gather: inlined into main (2 places) and work; recorded there too (no out-of-line

@@ -203,6 +203,9 @@ struct Tracer {
     /// the first step after an exec, when the program's load bias is known).
     roi_link: RoiPlan,
     roi_ranges: Option<RoiPlan>,
+    /// The program's entry point (link-time) and load bias.
+    roi_entry: u64,
+    roi_bias: u64,
     roi_image: Option<(String, u64)>,
     incomplete: u64,
     errors: Vec<String>,
@@ -422,19 +425,29 @@ impl Tracer {
         if let Err(e) = self.writer.write_mappings(&maps) {
             self.errors.push(format!("cannot write mappings: {e}"));
         }
+        self.roi_maps_changed();
+    }
+
+    /// New mappings: a library the ROI is in may be mapped now.
+    fn roi_maps_changed(&mut self) {
+        if self.roi_ranges.as_ref().is_some_and(|r| r.pending) {
+            self.roi_ranges = None;
+        }
     }
 
     fn roi_ranges(&mut self) -> &RoiPlan {
         if self.roi_ranges.is_none() {
-            // Link-time ranges plus the load bias of the program's first mapping.
-            let bias = match &self.roi_image {
-                Some((path, base)) => read_maps(self.leader)
+            // Link-time ranges plus the load bias of the program's first mapping, and the
+            // libraries mapped so far.
+            let maps = read_maps(self.leader);
+            self.roi_bias = match &self.roi_image {
+                Some((path, base)) => maps
                     .iter()
                     .find(|m| m.offset == 0 && &m.path == path)
                     .map_or(0, |m| m.start.wrapping_sub(*base)),
                 None => 0,
             };
-            self.roi_ranges = Some(self.roi_link.biased(bias));
+            self.roi_ranges = Some(self.roi_link.placed(self.roi_bias, &maps));
         }
         self.roi_ranges.get_or_insert_with(RoiPlan::default)
     }
@@ -468,6 +481,17 @@ impl Tracer {
                 d
             }
         };
+        if let Some(t) = self.threads.get_mut(&tid).filter(|t| t.awaits_roi) {
+            // Stopped at an entry's breakpoint (or by a signal, an interrupt): stepping
+            // again, the breakpoints off (a step onto one would stop twice there), on the
+            // tracer's CPU (stepping across CPUs took 3x as long). At the program's entry,
+            // its libraries are mapped.
+            t.awaits_roi = false;
+            t.native = false;
+            ptrace_sys::set_exec_breakpoints(tid, &[]);
+            self.pin(tid);
+            self.roi_maps_changed();
+        }
         let inside = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, e)| ip >= s && ip < e);
         let entry = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, _)| s == ip);
         let inclusive = self.roi == Roi::Inclusive;
@@ -482,15 +506,6 @@ impl Tracer {
                 entry(&r.containers),
             )
         };
-        if let Some(t) = self.threads.get_mut(&tid).filter(|t| t.awaits_roi) {
-            // Stopped at an entry's breakpoint (or by a signal, an interrupt): stepping
-            // again, the breakpoints off (a step onto one would stop twice there), on the
-            // tracer's CPU (stepping across CPUs took 3x as long).
-            t.awaits_roi = false;
-            t.native = false;
-            ptrace_sys::set_exec_breakpoints(tid, &[]);
-            self.pin(tid);
-        }
         let Some(t) = self.threads.get_mut(&tid) else {
             return Ok(());
         };
@@ -595,6 +610,11 @@ impl Tracer {
                 .map(|&(s, _)| s)
                 .collect(),
         );
+        if r.pending {
+            // A library not mapped yet: the program's entry, where the loader has mapped
+            // them, stops the thread to look again.
+            entries.push(self.roi_entry.wrapping_add(self.roi_bias));
+        }
         entries.sort_unstable();
         entries.dedup();
         if entries.is_empty() || entries.len() > 4 {
@@ -843,6 +863,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         },
         roi_link,
         roi_ranges: None,
+        roi_entry: image.entry,
+        roi_bias: 0,
         roi_image: image
             .is_pie
             .then(|| (program_path.display().to_string(), image.load_base)),

@@ -172,6 +172,27 @@ fn absolute(p: &Path) -> PathBuf {
     }
 }
 
+/// A ROI plan's ranges as plugin arguments. Exclusive: the functions' own code wherever it
+/// lies. Inclusive: the out-of-line copies open the ROI, the inlined ones are recorded where
+/// they run.
+fn plugin_ranges(plan: &RoiPlan, inclusive: bool) -> String {
+    let opening: Vec<&(u64, u64)> = if inclusive {
+        plan.functions.iter().collect()
+    } else {
+        plan.own_code().collect()
+    };
+    let mut arg = String::new();
+    for (s, e) in opening {
+        arg.push_str(&format!(",roi={s:#x}:{e:#x}"));
+    }
+    if inclusive {
+        for (s, e) in &plan.inlined {
+            arg.push_str(&format!(",inlined={s:#x}:{e:#x}"));
+        }
+    }
+    arg
+}
+
 /// Runs the program under QEMU with the plugin and writes the trace.
 pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     let program = resolve(&cfg.program)?;
@@ -185,19 +206,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     // The ROI's part of the plugin's argument, checked before the trace file is created.
     let mut roi_arg = String::new();
     if !cfg.roi.is_empty() {
-        // Exclusive: the functions' own code wherever it lies. Inclusive: the out-of-line
-        // copies open the ROI, the inlined ones are recorded where they run.
-        let (opening, inlined) = if cfg.roi_inclusive {
-            (roi.functions.clone(), &roi.inlined[..])
-        } else {
-            (roi.own_code().copied().collect(), &[][..])
-        };
-        for (s, e) in &opening {
-            roi_arg.push_str(&format!(",roi={s:#x}:{e:#x}"));
-        }
-        for (s, e) in inlined {
-            roi_arg.push_str(&format!(",inlined={s:#x}:{e:#x}"));
-        }
+        roi_arg.push_str(&plugin_ranges(&roi, cfg.roi_inclusive));
         if program.image.is_pie {
             let exe = program.path.display().to_string();
             if exe.contains(',') {
@@ -209,6 +218,16 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                 ",exe={exe},exe_base={:#x}",
                 program.image.load_base
             ));
+        }
+        for lib in &roi.libs {
+            if lib.path.contains(',') {
+                return Err(CaptureError::Invalid(format!(
+                    "--roi cannot be used in a library whose path contains a comma ({}): QEMU's -plugin option splits on commas",
+                    lib.path
+                )));
+            }
+            roi_arg.push_str(&format!(",lib={},lib_base={:#x}", lib.path, lib.base));
+            roi_arg.push_str(&plugin_ranges(&lib.plan, cfg.roi_inclusive));
         }
         roi_arg.push_str(if cfg.roi_inclusive {
             ",roi_mode=inclusive"
