@@ -21,8 +21,28 @@ pub fn read_indices(path: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// A fresh directory for one test, `mgbench-cli-TAG-PID` in the system's temporary
+/// directory. Those that earlier runs of the same test left (their process is gone) are
+/// removed first: they hold traces, and had piled up to 20 GB over many runs.
 pub fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mgbench-cli-{tag}-{}", std::process::id()));
+    let root = std::env::temp_dir();
+    let prefix = format!("mgbench-cli-{tag}-");
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let d = root.join(format!("{prefix}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
