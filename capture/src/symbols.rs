@@ -667,15 +667,6 @@ impl SourceLocation {
         }
     }
 
-    /// The function whose source line this is: the inlined one where the compiler inlined
-    /// it, else [`SourceLocation::function_or_object`].
-    pub fn source_function(&self) -> String {
-        match &self.inlined {
-            Some(i) => i.clone(),
-            None => self.function_or_object(),
-        }
-    }
-
     /// "function (file:line)" or what is known of it; "gather, inlined in main (g.c:4)".
     pub fn describe(&self) -> String {
         let outer = self.function.as_deref().unwrap_or("??");
@@ -795,19 +786,28 @@ impl Symbolizer {
             return loc;
         };
         loc.function = obj.loader.find_symbol(elf_addr).map(demangle);
-        if let Ok(Some(l)) = obj.loader.find_location(elf_addr) {
-            loc.file = l.file.map(str::to_string);
-            loc.line = l.line;
+        // DWARF's frames at the address, innermost first: its source line is the innermost
+        // frame's (the line table's), and more than one frame is inlined code.
+        let mut frames = obj.loader.find_frames(elf_addr).ok();
+        let innermost = frames.as_mut().and_then(|f| f.next().ok().flatten());
+        let line = match innermost.as_ref().and_then(|f| f.location.as_ref()) {
+            Some(l) => Some((l.file, l.line)),
+            None => obj
+                .loader
+                .find_location(elf_addr)
+                .ok()
+                .flatten()
+                .map(|l| (l.file, l.line)),
+        };
+        if let Some((file, line)) = line {
+            loc.file = file.map(str::to_string);
+            loc.line = line;
         }
-        // Inlined code: DWARF's frames at the address, innermost first, more than one.
-        if let Ok(mut frames) = obj.loader.find_frames(elf_addr) {
-            let innermost = frames.next().ok().flatten().and_then(|f| {
-                f.function
-                    .and_then(|n| n.raw_name().ok().map(|r| demangle(&r)))
-            });
-            if innermost.is_some() && frames.next().ok().flatten().is_some() {
-                loc.inlined = innermost.filter(|i| Some(i) != loc.function.as_ref());
-            }
+        let name = innermost
+            .and_then(|f| f.function)
+            .and_then(|n| n.raw_name().ok().map(|r| demangle(&r)));
+        if name.is_some() && frames.is_some_and(|mut f| f.next().ok().flatten().is_some()) {
+            loc.inlined = name.filter(|i| Some(i) != loc.function.as_ref());
         }
         loc
     }

@@ -271,16 +271,13 @@ impl RoiRuntime {
                 .collect();
         }
         let host = self.host.clone();
-        let mapped = |path: &str| {
-            maps.iter()
-                .find(|m| m.offset == 0 && m.path == path && !host.contains(&m.start))
-        };
+        let mapped = |path: &str| Mapping::file_starts(maps, path).find(|s| !host.contains(s));
         if !self.started {
             self.started = true;
             let bias = match &cfg.exe {
                 None => 0,
-                Some(exe) => match maps.iter().find(|m| m.offset == 0 && &m.path == exe) {
-                    Some(m) => m.start.wrapping_sub(cfg.exe_base),
+                Some(exe) => match Mapping::file_starts(maps, exe).next() {
+                    Some(start) => start.wrapping_sub(cfg.exe_base),
                     None => {
                         sys::outs(&format!(
                             "cannot find {exe} in /proc/self/maps: --roi addresses may be wrong"
@@ -296,8 +293,8 @@ impl RoiRuntime {
         pending.retain(|&i| {
             let lib = &cfg.libs[i];
             match mapped(&lib.path) {
-                Some(m) => {
-                    self.add(&lib.roi, &lib.inlined, m.start.wrapping_sub(lib.base));
+                Some(start) => {
+                    self.add(&lib.roi, &lib.inlined, start.wrapping_sub(lib.base));
                     false
                 }
                 None => true,

@@ -181,17 +181,21 @@ impl RoiPlan {
     /// loads at start, in their order (`LOADER --list PROGRAM`, as `ldd` does).
     pub fn find(image: &ElfImage, names: &[String]) -> Result<RoiPlan, CaptureError> {
         let mut plan = RoiPlan::default();
-        let mut libraries: Option<Vec<PathBuf>> = None;
+        // The libraries, opened once for every name looked for in them.
+        let mut libraries: Option<Vec<ElfImage>> = None;
         for name in names {
             let code = match image.find_code(name) {
                 Ok(code) => code,
                 Err(e @ SymbolError::InLibrary { .. }) => {
-                    let libs = libraries.get_or_insert_with(|| loaded_libraries(image));
-                    let found = libs.iter().find_map(|path| {
-                        let lib = ElfImage::open(path).ok()?;
-                        let code = lib.find_code(name).ok()?;
-                        Some((lib, code))
+                    let libs = libraries.get_or_insert_with(|| {
+                        loaded_libraries(image)
+                            .iter()
+                            .filter_map(|path| ElfImage::open(path).ok())
+                            .collect()
                     });
+                    let found = libs
+                        .iter()
+                        .find_map(|lib| Some((lib, lib.find_code(name).ok()?)));
                     let Some((lib, code)) = found else {
                         return Err(CaptureError::Invalid(format!(
                             "--roi: {e}, which mgbench did not find among the libraries it loads at start ({} of them; one opened with dlopen cannot be named)",
@@ -263,9 +267,9 @@ impl RoiPlan {
     pub fn placed(&self, bias: u64, maps: &[crate::trace::Mapping]) -> RoiPlan {
         let mut out = self.biased(bias);
         for l in &self.libs {
-            match maps.iter().find(|m| m.offset == 0 && m.path == l.path) {
-                Some(m) => {
-                    let lib = l.plan.biased(m.start.wrapping_sub(l.base));
+            match crate::trace::Mapping::file_starts(maps, &l.path).next() {
+                Some(start) => {
+                    let lib = l.plan.biased(start.wrapping_sub(l.base));
                     out.functions.extend(lib.functions);
                     out.parts.extend(lib.parts);
                     out.inlined.extend(lib.inlined);

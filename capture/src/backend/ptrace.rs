@@ -441,10 +441,9 @@ impl Tracer {
             // libraries mapped so far.
             let maps = read_maps(self.leader);
             self.roi_bias = match &self.roi_image {
-                Some((path, base)) => maps
-                    .iter()
-                    .find(|m| m.offset == 0 && &m.path == path)
-                    .map_or(0, |m| m.start.wrapping_sub(*base)),
+                Some((path, base)) => Mapping::file_starts(&maps, path)
+                    .next()
+                    .map_or(0, |start| start.wrapping_sub(*base)),
                 None => 0,
             };
             self.roi_ranges = Some(self.roi_link.placed(self.roi_bias, &maps));

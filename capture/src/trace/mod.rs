@@ -112,6 +112,14 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    /// Where the file at `path` is mapped from its first byte (file offset 0): an ELF file's
+    /// load bias is that start minus the link address of its offset 0.
+    pub fn file_starts<'a>(maps: &'a [Mapping], path: &'a str) -> impl Iterator<Item = u64> + 'a {
+        maps.iter()
+            .filter(move |m| m.offset == 0 && m.path == path)
+            .map(|m| m.start)
+    }
+
     /// Parses the text of `/proc/PID/maps` (lines that do not parse are skipped).
     pub fn parse_proc_maps(text: &str) -> Vec<Mapping> {
         text.lines()
