@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """RDX accuracy: trace-driven `mgbench reuse --rdx` against the exact (Olken) histograms.
 
-Captures a full trace of each demo program (scripts/apps, built here) and of Debian's gzip
-compressing 1 MB of seeded pseudo-text once, then runs RDX over it with several seeds per
+Captures a full trace of each demo program (scripts/apps, built here), of Debian's gzip
+compressing 1 MB of seeded pseudo-text and of Debian's sqlite3 filling, indexing and querying
+a 50,000-row table once, then runs RDX over it with several seeds per
 sampling period and prints, per program, period and granularity (words, 64-byte lines), the
 medians over seeds of
 
@@ -47,7 +48,8 @@ APPS = os.path.join(ROOT, "scripts", "apps", "build")
 
 # name: (program, arguments, what it shows, (the argument that sets its length, default)).
 # A program not in scripts/apps is looked up on PATH; the length "text" is the size in bytes
-# of a seeded pseudo-text file (scripts/benchlib.py) given as the last argument.
+# of a seeded pseudo-text file (scripts/benchlib.py) given as the last argument, "rows" the
+# rows of sqlite's table (its statements are the last argument).
 PROGRAMS = {
     "reuse_loops": ("reuse_loops", [], "RDX Listing 1: two sweeps, two reuse peaks",
                     ("--reps", 20)),
@@ -62,7 +64,19 @@ PROGRAMS = {
               ("--iters", 8)),
     "gzip": ("gzip", ["-6", "-c"], "Debian's gzip compressing text (nobody here wrote it)",
              ("text", 1_000_000)),
+    "sqlite": ("sqlite3", [":memory:"],
+               "Debian's sqlite3 filling, indexing and querying a table (nobody here wrote it)",
+               ("rows", 50_000)),
 }
+
+# sqlite's statements for a table of `rows` rows (deterministic: no random()).
+SQL = """create table t(id integer primary key, k integer, v text);
+with recursive c(x) as (select 1 union all select x + 1 from c where x < {rows})
+  insert into t select x, (x * 7919) % 100003, printf('%016x', (x * 2654435761) % 4294967291)
+  from c;
+create index ik on t(k);
+select count(*), sum(length(v)) from t where k between 1000 and 60000;
+"""
 
 
 def program(name):
@@ -79,6 +93,8 @@ def arguments(name, longer, work):
     """The program's arguments for a run `longer` times its default length (the same data;
     for a text input, `longer` times the text)."""
     _, args, _, (flag, default) = PROGRAMS[name]
+    if flag == "rows":
+        return args + [SQL.format(rows=default * longer)]
     if flag == "text":
         path = os.path.join(work, f"text-{default * longer}.txt")
         if not os.path.exists(path):

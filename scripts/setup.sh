@@ -13,6 +13,7 @@ need gfortran gfortran         # Fortran programs in the capture tests (module p
 need python3 python3           # scripts/*.py
 need qemu-x86_64 qemu-user     # capture --backend qemu (the default)
 need valgrind valgrind         # lackey: the oracle for per-instruction access counts in tests
+need sqlite3 sqlite3           # scripts/rdx-accuracy.py, footprint-accuracy.py: a program nobody here wrote
 # The C library's debug file: names for its internal functions (symbolization tests).
 dpkg-query -W -f='${Status}' libc6-dbg 2>/dev/null | grep -q "ok installed" || packages+=(libc6-dbg)
 need mpirun openmpi-bin        # replay --mpi: the MPI runtime

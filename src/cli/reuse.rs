@@ -353,13 +353,15 @@ fn bins(g: &GranularityReport, list: &[Bin], out: &mut impl Write) -> std::io::R
 /// exact count over runs).
 const ROUGH_DISTINCT: f64 = 10.0;
 
-/// What the distinct estimate rests on, where the reader should know: the floor (the
-/// locations the window of the longest reuse holds) or a handful of uses without reuse.
+/// What the distinct estimate rests on, where the reader should know: the model's floor
+/// (the locations the window of the longest reuse holds; not the true count's floor, as the
+/// sampled histogram's tail weighs a long reuse by the share of samples that saw it) or a
+/// handful of uses without reuse.
 fn distinct_basis(g: &GranularityReport, accesses: u64) -> String {
     let from_last_uses = distinct_from_last_uses(g.attributed_reuses, g.no_reuse, accesses);
     match g.no_reuse_effective {
         Some(k) if k <= 0.0 => {
-            " (every sampled use saw a reuse: the locations the window of the longest reuse holds, a floor)".into()
+            " (every sampled use saw a reuse: the locations the window of the longest sampled reuse holds, by the model; one sample of a rare long reuse can put it above the true count)".into()
         }
         Some(k) if g.distinct_estimate > from_last_uses + 0.5 => format!(
             " (the locations the window of the longest reuse holds; the {k:.1} effective uses without reuse say {from_last_uses:.0})"

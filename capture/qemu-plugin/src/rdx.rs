@@ -11,9 +11,9 @@
 //!   in user mode a guest address is the host address, so the register fires when the
 //!   generated code (or QEMU on the guest's behalf) touches the word; the SIGTRAP handler
 //!   reads the counter there, disarms the register and queues the trap;
-//! - the reservoir (which register a new sample takes when all are busy) is RDX's, with the
-//!   plugin's own random numbers; every sample with its register and every trap go to an
-//!   events file, from which mgbench rebuilds the histograms with the same bookkeeping as the
+//! - the reservoir (which register a new sample takes when all are busy) is RDX's, weighted
+//!   by the samples' periods where the period adapts, with the plugin's own random numbers;
+//!   every sample with its register and every trap go to an events file, from which mgbench rebuilds the histograms with the same bookkeeping as the
 //!   trace-driven run (`mgbench_synth::locality::rdx`).
 //!
 //! Threads are measured as per-thread hardware would: each guest thread has its own access
@@ -245,6 +245,8 @@ struct Thread {
     retranslated_mark: u64,
     /// When the last sample was, and at which access (the run's rate between samples).
     last_sample: Option<(std::time::Instant, u64)>,
+    /// Per register: the periods of the samples since it was last empty (its reservoir
+    /// interval's weight; `n x period` at a fixed period).
     since: Vec<u64>,
     busy: Vec<bool>,
     order: Vec<usize>,
@@ -472,20 +474,25 @@ impl State {
             t.period = self.next_period(&mut t, now);
         }
         let w = t.busy.len();
+        let weight = period.max(1);
         for k in 0..w {
             if t.busy[k] {
-                t.since[k] += 1;
+                t.since[k] = t.since[k].saturating_add(weight);
             }
         }
         let chosen = match t.busy.iter().position(|b| !b) {
             _ if t.watch.is_empty() => None,
             Some(k) => {
-                t.since[k] = 1;
+                t.since[k] = weight;
                 Some(k)
             }
             None => {
                 // Visit the registers in random order; register k takes the sample with
-                // probability 1 / (samples since it was last empty).
+                // probability period / (the periods of the samples since it was last empty,
+                // this one's included): 1 / n at a fixed period, and weighted where the
+                // period adapts, so that a late sample, standing for a long period, is not
+                // kept out by the many short-period samples before it (mgbench's bookkeeping,
+                // `mgbench_synth::locality::rdx`, computes the same probabilities).
                 for i in (1..w).rev() {
                     let j = (self.next() % (i as u64 + 1)) as usize;
                     t.order.swap(i, j);
@@ -493,7 +500,7 @@ impl State {
                 let mut taken = None;
                 for idx in 0..w {
                     let k = t.order[idx];
-                    if self.next() % t.since[k].max(1) == 0 {
+                    if self.next() % t.since[k].max(1) < weight {
                         taken = Some(k);
                         break;
                     }
