@@ -1247,6 +1247,18 @@ impl Exact {
 mod tests {
     use super::*;
 
+    /// A sample at every access (no jitter), words, Horvitz-Thompson weights.
+    fn every_access(watchpoints: usize) -> RdxConfig {
+        RdxConfig {
+            period: 1,
+            jitter: 0.0,
+            watchpoints,
+            granularity: Granularity::Word,
+            seed: 1,
+            attribution: Attribution::Ht,
+        }
+    }
+
     /// Exact time histogram of a stream of locations.
     fn times_of(s: &[u64]) -> Histogram {
         let mut e = Exact::new(Granularity::Word);
@@ -1591,14 +1603,7 @@ mod tests {
     fn reservoir_keeps_every_sample_equally_likely() {
         // One register, samples at every access of distinct locations never reused: the
         // register must end holding each of the last samples with equal probability.
-        let cfg = RdxConfig {
-            period: 1,
-            jitter: 0.0,
-            watchpoints: 1,
-            granularity: Granularity::Word,
-            seed: 1,
-            attribution: Attribution::Ht,
-        };
+        let cfg = every_access(1);
         let mut held = [0u32; 8];
         for seed in 0..4000 {
             let mut s = Sampler::new(cfg, seed);
@@ -1626,14 +1631,7 @@ mod tests {
         // first two, and the other 398 come while both are busy. The weights of the two held
         // at the end must add up to the 400 samples on average (each register's weight alone
         // stands for all of them: undivided, the two added up to about 800).
-        let cfg = RdxConfig {
-            period: 1,
-            jitter: 0.0,
-            watchpoints: 2,
-            granularity: Granularity::Word,
-            seed: 1,
-            attribution: Attribution::Ht,
-        };
+        let cfg = every_access(2);
         let runs = 2000;
         let mut total = 0.0;
         for seed in 0..runs {
@@ -1656,14 +1654,7 @@ mod tests {
         // then stands for every period's accesses, whichever it is. With a uniform reservoir
         // (1 / n), a late sample held with probability 1/110 stood for 110 x 1024 accesses
         // and an early one for 110: right on average, wrong in every run.
-        let cfg = RdxConfig {
-            period: 1,
-            jitter: 0.0,
-            watchpoints: 1,
-            granularity: Granularity::Word,
-            seed: 1,
-            attribution: Attribution::Ht,
-        };
+        let cfg = every_access(1);
         let total = 100.0 + 10.0 * 1024.0;
         let mut late = 0;
         for seed in 0..200 {
@@ -1696,12 +1687,8 @@ mod tests {
         // after 3 accesses; with one register, samples taken while it is busy are not
         // watched, but each trap stands for all samples at that instruction since arming.
         let cfg = RdxConfig {
-            period: 1,
-            jitter: 0.0,
-            watchpoints: 1,
-            granularity: Granularity::Word,
             seed: 7,
-            attribution: Attribution::Ht,
+            ..every_access(1)
         };
         let mut s = Sampler::new(cfg, 7);
         let mut pairs = Vec::new();
@@ -1798,14 +1785,7 @@ mod tests {
 
     #[test]
     fn watch_granularity_and_alignment() {
-        let cfg = RdxConfig {
-            period: 1,
-            jitter: 0.0,
-            watchpoints: 4,
-            granularity: Granularity::Word,
-            seed: 1,
-            attribution: Attribution::Ht,
-        };
+        let cfg = every_access(4);
         let mut s = Sampler::new(cfg, 1);
         let mut pairs = Vec::new();
         // Access 0 (not sampled), access 1 at 0x1004 (sampled: watches 0x1000..0x1008).
