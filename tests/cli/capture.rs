@@ -867,6 +867,140 @@ int main(int argc, char **argv) {
 }
 
 #[test]
+fn roi_finds_a_function_in_a_library_opened_with_dlopen() {
+    if !need_qemu("ROI in a library opened with dlopen") {
+        return;
+    }
+    let dir = temp_dir("roi-dlopen");
+    std::fs::write(
+        dir.join("k.c"),
+        "long lib_gather(const long *t, const int *idx, int n) {
+  long s = 0;
+  for (int i = 0; i < n; i++) s += t[idx[i]];
+  return s;
+}
+",
+    )
+    .unwrap();
+    let o = Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-o", "libk.so", "k.c"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The program names neither the library nor the function: it opens one and looks the
+    // other up at run time.
+    std::fs::write(
+        dir.join("m.c"),
+        r#"#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef long (*gather_fn)(const long *, const int *, int);
+int main(int argc, char **argv) {
+  int n = 1000 + argc;
+  long *t = malloc(8 * n); int *idx = malloc(4 * n);
+  for (int i = 0; i < n; i++) { t[i] = i; idx[i] = (int)(((long)i * i * 31 + i * 7) % n); }
+  void *h = dlopen("./libk.so", RTLD_NOW);
+  if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+  gather_fn g = (gather_fn)dlsym(h, "lib_gather");
+  long s = 0;
+  for (int r = 0; r < 3; r++) s += g(t, idx, n);
+  printf("%ld\n", s);
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let o = Command::new("gcc")
+        .args(["-O2", "-g", "-o", "m", "m.c"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    for exclusive in [false, true] {
+        let mut args = vec![
+            "capture",
+            "-q",
+            "--full",
+            "--roi",
+            "lib_gather",
+            "-o",
+            "l.mgbt",
+        ];
+        if exclusive {
+            args.push("--roi-exclusive");
+        }
+        args.push("./m");
+        let o = mgbench(&args, &dir);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("it calls dlopen, so each library it opens is searched"),
+            "{err}"
+        );
+        assert!(
+            err.contains("--roi lib_gather: in libk.so (a library the program opened with dlopen)"),
+            "{err}"
+        );
+        let by = by_source(&read_trace(&dir.join("l.mgbt")));
+        let gather: u64 = by
+            .iter()
+            .filter(|((f, l), _)| f == "lib_gather" && *l == 3)
+            .map(|(_, n)| n)
+            .sum();
+        // (An exclusive ROI also holds the function's 3 `ret`s.)
+        let rets = if exclusive { 3 } else { 0 };
+        assert_eq!(gather, 3 * 2 * 1001 + rets, "exclusive {exclusive}: {by:?}");
+        assert!(by.keys().all(|(f, _)| f == "lib_gather"), "{by:?}");
+    }
+    // A name no library has: the run goes on, and says so at the end.
+    let o = mgbench(
+        &[
+            "capture",
+            "-q",
+            "--full",
+            "--roi",
+            "no_such_fn",
+            "-o",
+            "n.mgbt",
+            "./m",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "--roi no_such_fn: no library the program opened with dlopen has a function of that name either"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    // ptrace does not follow dlopen: it says so before running anything.
+    let o = mgbench(
+        &[
+            "capture",
+            "-q",
+            "--full",
+            "--roi",
+            "lib_gather",
+            "--backend",
+            "ptrace",
+            "-o",
+            "p.mgbt",
+            "./m",
+        ],
+        &dir,
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("capture with --backend qemu"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.join("p.mgbt").exists());
+}
+
+#[test]
 fn roi_keeps_only_the_named_function() {
     if !need_qemu("ROI capture") {
         return;

@@ -33,6 +33,7 @@ mod switch;
 mod sys;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::path::Path;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -102,6 +103,11 @@ struct Config {
     exe_base: u64,
     /// ROI code in shared libraries, placed when each is mapped.
     libs: Vec<LibRoi>,
+    /// `--roi` names found at start in neither the program nor its libraries: each library
+    /// mapped later (dlopen) is searched for them (`roi_late=NAME`) ...
+    late: Vec<String>,
+    /// ... except these, searched already (`roi_searched=PATH`).
+    searched: Vec<String>,
     roi_mode: RoiMode,
     level: i32,
     /// Live RDX instead of a trace (`out` is then the events file).
@@ -124,6 +130,8 @@ impl Config {
             exe: None,
             exe_base: 0,
             libs: Vec::new(),
+            late: Vec::new(),
+            searched: Vec::new(),
             roi_mode: RoiMode::None,
             // zstd's fastest level that still entropy-codes literals (negative levels store
             // them raw): with chunks in columns it is both faster and smaller than level -1.
@@ -185,6 +193,8 @@ impl Config {
                         inlined.push(range);
                     }
                 }
+                "roi_late" => c.late.push(v.to_string()),
+                "roi_searched" => c.searched.push(v.to_string()),
                 "lib" => c.libs.push(LibRoi {
                     path: v.to_string(),
                     ..LibRoi::default()
@@ -249,6 +259,11 @@ struct RoiRuntime {
     /// Where files were mapped before the guest ran: QEMU's own copies (its C library has
     /// the path of the guest's), never the guest's.
     host: Vec<u64>,
+    /// `Config::late` names not found yet, the files searched for them, and what was found
+    /// where (notes for the user).
+    late: Vec<String>,
+    searched: Vec<String>,
+    found: Vec<String>,
 }
 
 impl RoiRuntime {
@@ -261,7 +276,8 @@ impl RoiRuntime {
     /// Places what `maps` shows loaded: the program first (position-independent ones load
     /// at a bias chosen at run time: the mapping of its file offset 0 against its link
     /// address; `qemu_plugin_entry_code` reports the dynamic loader's entry), then libraries.
-    fn place(&mut self, cfg: &Config, maps: &[Mapping]) {
+    /// Returns notes for the user (names found in libraries opened with dlopen).
+    fn place(&mut self, cfg: &Config, maps: &[Mapping]) -> Vec<String> {
         // (The program itself is mapped by QEMU before it runs: it is looked for among them.)
         if !self.started {
             self.host = maps
@@ -288,6 +304,11 @@ impl RoiRuntime {
             };
             self.add(&cfg.roi, &cfg.inlined, bias);
             self.pending = (0..cfg.libs.len()).collect();
+            self.late = cfg.late.clone();
+            self.searched = cfg.searched.clone();
+            if let Some(exe) = &cfg.exe {
+                self.searched.push(exe.clone());
+            }
         }
         let mut pending = std::mem::take(&mut self.pending);
         pending.retain(|&i| {
@@ -301,6 +322,62 @@ impl RoiRuntime {
             }
         });
         self.pending = pending;
+        if self.late.is_empty() {
+            Vec::new()
+        } else {
+            self.search_late(cfg, maps)
+        }
+    }
+
+    /// Searches the files newly mapped at their offset 0 (a library the program opened with
+    /// dlopen) for the `--roi` names not found yet, and places what it finds. Returns a note
+    /// per name found.
+    fn search_late(&mut self, cfg: &Config, maps: &[Mapping]) -> Vec<String> {
+        let mut notes = Vec::new();
+        for m in maps {
+            if m.offset != 0
+                || !m.path.starts_with('/')
+                || self.host.contains(&m.start)
+                || self.searched.contains(&m.path)
+            {
+                continue;
+            }
+            self.searched.push(m.path.clone());
+            let Ok(image) = mgbench_capture::symbols::ElfImage::open(Path::new(&m.path)) else {
+                continue;
+            };
+            let bias = m.start.wrapping_sub(image.load_base);
+            let mut late = std::mem::take(&mut self.late);
+            late.retain(|name| {
+                let Ok(code) = image.find_code(name) else {
+                    return true;
+                };
+                let inlined: Ranges = code.inlined.iter().map(|c| (c.start, c.end)).collect();
+                if cfg.roi_mode == RoiMode::Inclusive {
+                    self.add(&code.entries, &inlined, bias);
+                } else {
+                    let own: Ranges = code
+                        .entries
+                        .iter()
+                        .chain(&code.parts)
+                        .chain(&inlined)
+                        .copied()
+                        .collect();
+                    self.add(&own, &[], bias);
+                }
+                notes.push(format!(
+                    "--roi {name}: in {} (a library the program opened with dlopen)",
+                    mgbench_capture::symbols::short_path(&m.path)
+                ));
+                false
+            });
+            self.late = late;
+            if self.late.is_empty() {
+                break;
+            }
+        }
+        self.found.extend(notes.iter().cloned());
+        notes
     }
 }
 
@@ -890,7 +967,9 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     let runtime = (p.cfg.roi_mode != RoiMode::None).then(|| {
         let mut rt = p.roi_runtime.lock().unwrap_or_else(|e| e.into_inner());
         if !rt.started {
-            rt.place(&p.cfg, &read_proc_maps());
+            for note in rt.place(&p.cfg, &read_proc_maps()) {
+                let _ = p.tx.send(Msg::Note(note));
+            }
         }
         rt
     });
@@ -1139,8 +1218,10 @@ fn note_mappings(p: &Plugin, vaddr: u64) {
     if p.cfg.roi_mode != RoiMode::None {
         // A library the ROI is in may have just been mapped.
         let mut rt = p.roi_runtime.lock().unwrap_or_else(|e| e.into_inner());
-        if rt.started && !rt.pending.is_empty() {
-            rt.place(&p.cfg, &maps);
+        if rt.started && (!rt.pending.is_empty() || !rt.late.is_empty()) {
+            for note in rt.place(&p.cfg, &maps) {
+                let _ = p.tx.send(Msg::Note(note));
+            }
         }
     }
     // Only the mappings not sent yet (readers take the union of every mappings frame).
@@ -1613,7 +1694,13 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
             errors: vec!["writer thread failed".into()],
         });
     if let Some(path) = &p.cfg.status {
+        let (found, unfound) = match p.roi_runtime.lock() {
+            Ok(rt) => (rt.found.clone(), rt.late.clone()),
+            Err(_) => (Vec::new(), Vec::new()),
+        };
         let json = serde_json::json!({
+            "roi_found": found,
+            "roi_unfound": unfound,
             "recorded": recorded,
             "skipped": skipped,
             "threads": threads,

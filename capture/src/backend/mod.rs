@@ -163,6 +163,12 @@ pub(crate) struct RoiPlan {
     pub libs: Vec<LibPlan>,
     /// At run time: some of `libs` are not mapped yet (see [`RoiPlan::placed`]).
     pub pending: bool,
+    /// Names found in neither the program nor the libraries it loads at start, in a program
+    /// that calls `dlopen`: each library it opens is searched for them as it runs (QEMU).
+    pub late: Vec<String>,
+    /// The libraries already searched (those loaded at start), as `/proc/PID/maps` names
+    /// them, where `late` is not empty.
+    pub searched: Vec<String>,
 }
 
 /// A shared library's part of a [`RoiPlan`].
@@ -186,7 +192,7 @@ impl RoiPlan {
         for name in names {
             let code = match image.find_code(name) {
                 Ok(code) => code,
-                Err(e @ SymbolError::InLibrary { .. }) => {
+                Err(e @ (SymbolError::InLibrary { .. } | SymbolError::UnknownFunction { .. })) => {
                     let libs = libraries.get_or_insert_with(|| {
                         loaded_libraries(image)
                             .iter()
@@ -197,10 +203,31 @@ impl RoiPlan {
                         .iter()
                         .find_map(|lib| Some((lib, lib.find_code(name).ok()?)));
                     let Some((lib, code)) = found else {
-                        return Err(CaptureError::Invalid(format!(
-                            "--roi: {e}, which mgbench did not find among the libraries it loads at start ({} of them; one opened with dlopen cannot be named)",
-                            libs.len()
-                        )));
+                        // Not a misspelling (no similar names) in a program that opens
+                        // libraries itself: looked for in each one as it is opened.
+                        let misspelt = matches!(&e, SymbolError::UnknownFunction { close, .. } if !close.is_empty());
+                        let opens = image
+                            .imports
+                            .iter()
+                            .chain(libs.iter().flat_map(|l| &l.imports))
+                            .any(|i| i == "dlopen");
+                        if opens && !misspelt && !name.contains(',') {
+                            plan.notes.push(format!(
+                                "--roi {name}: not in the program or the {} libraries it loads at start; it calls dlopen, so each library it opens is searched for it as it runs",
+                                libs.len()
+                            ));
+                            plan.late.push(name.clone());
+                            plan.searched =
+                                libs.iter().map(|l| l.path.display().to_string()).collect();
+                            continue;
+                        }
+                        return Err(match e {
+                            SymbolError::InLibrary { .. } => CaptureError::Invalid(format!(
+                                "--roi: {e}, which mgbench did not find among the libraries it loads at start ({} of them)",
+                                libs.len()
+                            )),
+                            e => CaptureError::Roi(e),
+                        });
                     };
                     let path = lib.path.display().to_string();
                     plan.notes.push(format!(
@@ -308,6 +335,8 @@ impl RoiPlan {
             notes: Vec::new(),
             libs: Vec::new(),
             pending: false,
+            late: Vec::new(),
+            searched: Vec::new(),
         }
     }
 }

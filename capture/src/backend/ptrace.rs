@@ -782,6 +782,11 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         }
     };
     let roi_link = RoiPlan::find(&image, &cfg.roi)?;
+    if let Some(name) = roi_link.late.first() {
+        return Err(CaptureError::Invalid(format!(
+            "--roi {name}: not in the program or the libraries it loads at start, and the ptrace backend does not search the libraries a program opens with dlopen: capture with --backend qemu, which does"
+        )));
+    }
     let notes = roi_link.notes.clone();
     let output = &cfg.output;
     let out_err = |cause| CaptureError::Output {

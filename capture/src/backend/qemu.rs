@@ -229,6 +229,16 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             roi_arg.push_str(&format!(",lib={},lib_base={:#x}", lib.path, lib.base));
             roi_arg.push_str(&plugin_ranges(&lib.plan, cfg.roi_inclusive));
         }
+        // Names for the libraries the program opens with dlopen (the plugin searches each
+        // one it sees mapped, except those already searched here).
+        for name in &roi.late {
+            roi_arg.push_str(&format!(",roi_late={name}"));
+        }
+        if !roi.late.is_empty() {
+            for path in roi.searched.iter().filter(|p| !p.contains(',')) {
+                roi_arg.push_str(&format!(",roi_searched={path}"));
+            }
+        }
         roi_arg.push_str(if cfg.roi_inclusive {
             ",roi_mode=inclusive"
         } else {
@@ -337,10 +347,17 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         interrupted: interrupted.is_some(),
         ..EndInfo::default()
     };
+    let mut notes = roi.notes;
     let (recorded, skipped, threads) = match read_status(&status) {
         Some(s) => {
             end.errors = s.errors.clone();
             warnings.extend(s.errors);
+            notes.extend(s.roi_found);
+            for name in s.roi_unfound {
+                warnings.push(format!(
+                    "--roi {name}: no library the program opened with dlopen has a function of that name either"
+                ));
+            }
             if s.children > 0 {
                 warnings.push(crate::trace::children_note(
                     s.children,
@@ -430,7 +447,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         interrupted,
         elapsed_s,
         warnings,
-        notes: roi.notes,
+        notes,
     })
 }
 
@@ -630,6 +647,12 @@ struct PluginStatus {
     children: u64,
     #[serde(default)]
     errors: Vec<String>,
+    /// `--roi` names found in libraries the program opened with dlopen (a note each) ...
+    #[serde(default)]
+    roi_found: Vec<String>,
+    /// ... and those no such library had.
+    #[serde(default)]
+    roi_unfound: Vec<String>,
 }
 
 fn read_status(path: &Path) -> Option<PluginStatus> {
