@@ -343,6 +343,11 @@ impl RoiRuntime {
                 continue;
             }
             self.searched.push(m.path.clone());
+            // Data files are mapped at offset 0 too (a program's input, the locale archive):
+            // only an ELF file is read whole.
+            if !is_elf(Path::new(&m.path)) {
+                continue;
+            }
             let Ok(image) = mgbench_capture::symbols::ElfImage::open(Path::new(&m.path)) else {
                 continue;
             };
@@ -379,6 +384,15 @@ impl RoiRuntime {
         self.found.extend(notes.iter().cloned());
         notes
     }
+}
+
+/// The file starts as an ELF file does.
+fn is_elf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == b"\x7fELF")
 }
 
 /// Where a ROI capture's thread stands (see [`Vcpu::roi_track`]).
@@ -1891,6 +1905,29 @@ pub(crate) fn switched(c: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_elf_files_are_searched_for_late_roi_names() {
+        assert!(is_elf(&std::env::current_exe().unwrap()));
+        let data = std::env::temp_dir().join(format!("mgbench-not-elf-{}", std::process::id()));
+        std::fs::write(&data, b"a data file a program maps at offset 0").unwrap();
+        assert!(!is_elf(&data));
+        std::fs::remove_file(&data).unwrap();
+        assert!(!is_elf(Path::new("/nonexistent/libx.so")));
+    }
+
+    #[test]
+    fn late_roi_names_are_parsed() {
+        let c = Config::parse(&args(&[
+            "out=/tmp/t",
+            "roi_late=lib_gather",
+            "roi_searched=/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "roi_mode=inclusive",
+        ]))
+        .unwrap();
+        assert_eq!(c.late, ["lib_gather"]);
+        assert_eq!(c.searched, ["/usr/lib/x86_64-linux-gnu/libc.so.6"]);
+    }
 
     fn args(s: &[&str]) -> Vec<String> {
         s.iter().map(|x| x.to_string()).collect()
