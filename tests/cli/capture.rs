@@ -745,18 +745,8 @@ end program main
     assert_eq!(sum(&got, &spmv_lines), 0, "{got:?}");
 }
 
-/// `--roi` of a function the program imports: found in the shared library the dynamic loader
-/// maps at start (`LOADER --list`, as ldd), and recorded once that library is mapped (it
-/// said "no function named ... is the program stripped?"). QEMU inclusive and exclusive,
-/// ptrace (waiting at the program's entry for the library, then at the function's): the
-/// gather's line holds exactly its 3 x 2 x 1001 loads (and the 3 `ret`s, exclusive); a C
-/// library function works the same.
-#[test]
-fn roi_finds_a_function_in_a_shared_library() {
-    if !need_qemu("ROI in a shared library") {
-        return;
-    }
-    let dir = temp_dir("roi-lib");
+/// `libk.so` in `dir`: `lib_gather(t, idx, n)` sums `t[idx[i]]`, its loop on line 3.
+fn build_gather_library(dir: &Path) {
     std::fs::write(
         dir.join("k.c"),
         "long lib_gather(const long *t, const int *idx, int n) {
@@ -769,43 +759,75 @@ fn roi_finds_a_function_in_a_shared_library() {
     .unwrap();
     let o = Command::new("gcc")
         .args(["-O2", "-g", "-shared", "-fPIC", "-o", "libk.so", "k.c"])
-        .current_dir(&dir)
+        .current_dir(dir)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    std::fs::write(
-        dir.join("m.c"),
+}
+
+/// `m` in `dir` (linked with `link`): a C program that calls `lib_gather` (through `gather`,
+/// after `setup`) three times on a table of 1001 elements and prints the sum.
+fn build_gather_caller(dir: &Path, declarations: &str, setup: &str, gather: &str, link: &[&str]) {
+    let source = format!(
         r#"#include <stdio.h>
 #include <stdlib.h>
-long lib_gather(const long *t, const int *idx, int n);
-int main(int argc, char **argv) {
+{declarations}
+int main(int argc, char **argv) {{
   int n = 1000 + argc;
   long *t = malloc(8 * n); int *idx = malloc(4 * n);
-  for (int i = 0; i < n; i++) { t[i] = i; idx[i] = (int)(((long)i * i * 31 + i * 7) % n); }
-  long s = 0;
-  for (int r = 0; r < 3; r++) s += lib_gather(t, idx, n);
+  for (int i = 0; i < n; i++) {{ t[i] = i; idx[i] = (int)(((long)i * i * 31 + i * 7) % n); }}
+{setup}  long s = 0;
+  for (int r = 0; r < 3; r++) s += {gather}(t, idx, n);
   printf("%ld\n", s);
   return 0;
-}
-"#,
-    )
-    .unwrap();
-    // (The library after the source that uses it: Debian links --as-needed.)
+}}
+"#
+    );
+    std::fs::write(dir.join("m.c"), source).unwrap();
     let o = Command::new("gcc")
-        .args([
-            "-O2",
-            "-g",
-            "-o",
-            "m",
-            "m.c",
-            "-L.",
-            "-lk",
-            "-Wl,-rpath,$ORIGIN",
-        ])
-        .current_dir(&dir)
+        .args(["-O2", "-g", "-o", "m", "m.c"])
+        .args(link)
+        .current_dir(dir)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// The trace holds `lib_gather` alone: its line 3 exactly the 3 calls x 2 x 1001 loads of
+/// the test programs (an exclusive ROI also its 3 `ret`s; an inclusive one closes at them).
+fn assert_only_lib_gather(trace: &Path, exclusive: bool, what: &str) {
+    let by = by_source(&read_trace(trace));
+    let gather: u64 = by
+        .iter()
+        .filter(|((f, l), _)| f == "lib_gather" && *l == 3)
+        .map(|(_, n)| n)
+        .sum();
+    let rets = if exclusive { 3 } else { 0 };
+    assert_eq!(gather, 3 * 2 * 1001 + rets, "{what}: {by:?}");
+    assert!(by.keys().all(|(f, _)| f == "lib_gather"), "{what}: {by:?}");
+}
+
+/// `--roi` of a function the program imports: found in the shared library the dynamic loader
+/// maps at start (`LOADER --list`, as ldd), and recorded once that library is mapped (it
+/// said "no function named ... is the program stripped?"). QEMU inclusive and exclusive,
+/// ptrace (waiting at the program's entry for the library, then at the function's): the
+/// gather's line holds exactly its 3 x 2 x 1001 loads (and the 3 `ret`s, exclusive); a C
+/// library function works the same.
+#[test]
+fn roi_finds_a_function_in_a_shared_library() {
+    if !need_qemu("ROI in a shared library") {
+        return;
+    }
+    let dir = temp_dir("roi-lib");
+    build_gather_library(&dir);
+    // (The library after the source that uses it: Debian links --as-needed.)
+    build_gather_caller(
+        &dir,
+        "long lib_gather(const long *t, const int *idx, int n);",
+        "",
+        "lib_gather",
+        &["-L.", "-lk", "-Wl,-rpath,$ORIGIN"],
+    );
     for extra in [
         &[][..],
         &["--roi-exclusive"][..],
@@ -830,23 +852,10 @@ int main(int argc, char **argv) {
             "{}",
             stderr(&o)
         );
-        let by = by_source(&read_trace(&dir.join("l.mgbt")));
-        let gather: u64 = by
-            .iter()
-            .filter(|((f, l), _)| f == "lib_gather" && *l == 3)
-            .map(|(_, n)| n)
-            .sum();
-        // (An exclusive ROI also holds the function's 3 `ret`s, an inclusive one closes at
-        // them.)
-        let rets = if extra.contains(&"--roi-exclusive") {
-            3
-        } else {
-            0
-        };
-        assert_eq!(gather, 3 * 2 * 1001 + rets, "{extra:?}: {by:?}");
-        assert!(
-            by.keys().all(|(f, _)| f == "lib_gather"),
-            "{extra:?}: {by:?}"
+        assert_only_lib_gather(
+            &dir.join("l.mgbt"),
+            extra.contains(&"--roi-exclusive"),
+            &format!("{extra:?}"),
         );
     }
     // The C library's malloc, by its exported name.
@@ -866,57 +875,29 @@ int main(int argc, char **argv) {
     assert!(by.keys().any(|(f, _)| f == "malloc"), "{by:?}");
 }
 
+/// `--roi` of a function in a library the program opens with `dlopen` and calls through
+/// `dlsym` (it said "no function named ... is the program stripped?"): QEMU inclusive and
+/// exclusive hold exactly the gather's loads; a name no library has runs and warns; ptrace
+/// refuses before running.
 #[test]
 fn roi_finds_a_function_in_a_library_opened_with_dlopen() {
     if !need_qemu("ROI in a library opened with dlopen") {
         return;
     }
     let dir = temp_dir("roi-dlopen");
-    std::fs::write(
-        dir.join("k.c"),
-        "long lib_gather(const long *t, const int *idx, int n) {
-  long s = 0;
-  for (int i = 0; i < n; i++) s += t[idx[i]];
-  return s;
-}
-",
-    )
-    .unwrap();
-    let o = Command::new("gcc")
-        .args(["-O2", "-g", "-shared", "-fPIC", "-o", "libk.so", "k.c"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    build_gather_library(&dir);
     // The program names neither the library nor the function: it opens one and looks the
     // other up at run time.
-    std::fs::write(
-        dir.join("m.c"),
-        r#"#include <dlfcn.h>
-#include <stdio.h>
-#include <stdlib.h>
-typedef long (*gather_fn)(const long *, const int *, int);
-int main(int argc, char **argv) {
-  int n = 1000 + argc;
-  long *t = malloc(8 * n); int *idx = malloc(4 * n);
-  for (int i = 0; i < n; i++) { t[i] = i; idx[i] = (int)(((long)i * i * 31 + i * 7) % n); }
-  void *h = dlopen("./libk.so", RTLD_NOW);
+    build_gather_caller(
+        &dir,
+        "#include <dlfcn.h>\ntypedef long (*gather_fn)(const long *, const int *, int);",
+        r#"  void *h = dlopen("./libk.so", RTLD_NOW);
   if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
   gather_fn g = (gather_fn)dlsym(h, "lib_gather");
-  long s = 0;
-  for (int r = 0; r < 3; r++) s += g(t, idx, n);
-  printf("%ld\n", s);
-  return 0;
-}
 "#,
-    )
-    .unwrap();
-    let o = Command::new("gcc")
-        .args(["-O2", "-g", "-o", "m", "m.c"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+        "g",
+        &[],
+    );
     for exclusive in [false, true] {
         let mut args = vec![
             "capture",
@@ -942,16 +923,7 @@ int main(int argc, char **argv) {
             err.contains("--roi lib_gather: in libk.so (a library the program opened with dlopen)"),
             "{err}"
         );
-        let by = by_source(&read_trace(&dir.join("l.mgbt")));
-        let gather: u64 = by
-            .iter()
-            .filter(|((f, l), _)| f == "lib_gather" && *l == 3)
-            .map(|(_, n)| n)
-            .sum();
-        // (An exclusive ROI also holds the function's 3 `ret`s.)
-        let rets = if exclusive { 3 } else { 0 };
-        assert_eq!(gather, 3 * 2 * 1001 + rets, "exclusive {exclusive}: {by:?}");
-        assert!(by.keys().all(|(f, _)| f == "lib_gather"), "{by:?}");
+        assert_only_lib_gather(&dir.join("l.mgbt"), exclusive, "dlopen");
     }
     // A name no library has: the run goes on, and says so at the end.
     let o = mgbench(
