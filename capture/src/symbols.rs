@@ -691,6 +691,85 @@ impl SourceLocation {
     }
 }
 
+/// A `--roi` name found in a library mapped after start (one the program opened with
+/// `dlopen`), at the library's link-time addresses.
+#[derive(Debug, Clone)]
+pub struct LateFind {
+    pub name: String,
+    /// The library, as the mappings name it ...
+    pub path: String,
+    /// ... the link address of its file offset 0, and where that is mapped.
+    pub load_base: u64,
+    pub start: u64,
+    pub code: FunctionCode,
+}
+
+impl LateFind {
+    /// "--roi NAME: in libk.so (a library the program opened with dlopen)".
+    pub fn note(&self) -> String {
+        format!(
+            "--roi {}: in {} (a library the program opened with dlopen)",
+            self.name,
+            short_path(&self.path)
+        )
+    }
+}
+
+/// Searches the files `maps` shows newly mapped at their offset 0 (not in `searched`, which
+/// they join, nor starting at one of `skip`) for the names in `late`, as the program's own
+/// names are found (symbols, debug file, DWARF); the names found leave `late`. Only ELF files
+/// are read: a program maps data files at offset 0 too.
+pub fn find_in_new_libraries(
+    maps: &[Mapping],
+    searched: &mut Vec<String>,
+    skip: &[u64],
+    late: &mut Vec<String>,
+) -> Vec<LateFind> {
+    let mut found = Vec::new();
+    for m in maps {
+        if late.is_empty() {
+            break;
+        }
+        if m.offset != 0
+            || !m.path.starts_with('/')
+            || skip.contains(&m.start)
+            || searched.contains(&m.path)
+        {
+            continue;
+        }
+        searched.push(m.path.clone());
+        if !is_elf(Path::new(&m.path)) {
+            continue;
+        }
+        let Ok(image) = ElfImage::open(Path::new(&m.path)) else {
+            continue;
+        };
+        late.retain(|name| match image.find_code(name) {
+            Ok(code) => {
+                found.push(LateFind {
+                    name: name.clone(),
+                    path: m.path.clone(),
+                    load_base: image.load_base,
+                    start: m.start,
+                    code,
+                });
+                false
+            }
+            Err(_) => true,
+        });
+    }
+    found
+}
+
+/// The file starts as an ELF file does.
+pub fn is_elf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == b"\x7fELF")
+}
+
 /// The last component of a path: a file's name.
 pub fn short_path(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
@@ -887,6 +966,27 @@ pub fn debug_file(path: &Path, file: &object::File) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_elf_files_are_searched_for_late_roi_names() {
+        assert!(is_elf(&std::env::current_exe().unwrap()));
+        let data = std::env::temp_dir().join(format!("mgbench-not-elf-{}", std::process::id()));
+        std::fs::write(&data, b"a data file a program maps at offset 0").unwrap();
+        assert!(!is_elf(&data));
+        let maps = [Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            path: data.display().to_string(),
+            perms: "r--p".into(),
+        }];
+        let (mut searched, mut late) = (Vec::new(), vec!["main".to_string()]);
+        assert!(find_in_new_libraries(&maps, &mut searched, &[], &mut late).is_empty());
+        assert_eq!(searched, [data.display().to_string()]);
+        assert_eq!(late, ["main"]);
+        std::fs::remove_file(&data).unwrap();
+        assert!(!is_elf(Path::new("/nonexistent/libx.so")));
+    }
 
     #[test]
     fn close_matches_rank_substrings_and_typos() {

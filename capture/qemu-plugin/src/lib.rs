@@ -33,7 +33,6 @@ mod switch;
 mod sys;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::path::Path;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -333,66 +332,34 @@ impl RoiRuntime {
     /// dlopen) for the `--roi` names not found yet, and places what it finds. Returns a note
     /// per name found.
     fn search_late(&mut self, cfg: &Config, maps: &[Mapping]) -> Vec<String> {
+        let found = mgbench_capture::symbols::find_in_new_libraries(
+            maps,
+            &mut self.searched,
+            &self.host,
+            &mut self.late,
+        );
         let mut notes = Vec::new();
-        for m in maps {
-            if m.offset != 0
-                || !m.path.starts_with('/')
-                || self.host.contains(&m.start)
-                || self.searched.contains(&m.path)
-            {
-                continue;
+        for f in found {
+            let bias = f.start.wrapping_sub(f.load_base);
+            let code = &f.code;
+            let inlined: Ranges = code.inlined.iter().map(|c| (c.start, c.end)).collect();
+            if cfg.roi_mode == RoiMode::Inclusive {
+                self.add(&code.entries, &inlined, bias);
+            } else {
+                let own: Ranges = code
+                    .entries
+                    .iter()
+                    .chain(&code.parts)
+                    .chain(&inlined)
+                    .copied()
+                    .collect();
+                self.add(&own, &[], bias);
             }
-            self.searched.push(m.path.clone());
-            // Data files are mapped at offset 0 too (a program's input, the locale archive):
-            // only an ELF file is read whole.
-            if !is_elf(Path::new(&m.path)) {
-                continue;
-            }
-            let Ok(image) = mgbench_capture::symbols::ElfImage::open(Path::new(&m.path)) else {
-                continue;
-            };
-            let bias = m.start.wrapping_sub(image.load_base);
-            let mut late = std::mem::take(&mut self.late);
-            late.retain(|name| {
-                let Ok(code) = image.find_code(name) else {
-                    return true;
-                };
-                let inlined: Ranges = code.inlined.iter().map(|c| (c.start, c.end)).collect();
-                if cfg.roi_mode == RoiMode::Inclusive {
-                    self.add(&code.entries, &inlined, bias);
-                } else {
-                    let own: Ranges = code
-                        .entries
-                        .iter()
-                        .chain(&code.parts)
-                        .chain(&inlined)
-                        .copied()
-                        .collect();
-                    self.add(&own, &[], bias);
-                }
-                notes.push(format!(
-                    "--roi {name}: in {} (a library the program opened with dlopen)",
-                    mgbench_capture::symbols::short_path(&m.path)
-                ));
-                false
-            });
-            self.late = late;
-            if self.late.is_empty() {
-                break;
-            }
+            notes.push(f.note());
         }
         self.found.extend(notes.iter().cloned());
         notes
     }
-}
-
-/// The file starts as an ELF file does.
-fn is_elf(path: &Path) -> bool {
-    use std::io::Read;
-    let mut magic = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok_and(|()| &magic == b"\x7fELF")
 }
 
 /// Where a ROI capture's thread stands (see [`Vcpu::roi_track`]).
@@ -1905,16 +1872,6 @@ pub(crate) fn switched(c: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_elf_files_are_searched_for_late_roi_names() {
-        assert!(is_elf(&std::env::current_exe().unwrap()));
-        let data = std::env::temp_dir().join(format!("mgbench-not-elf-{}", std::process::id()));
-        std::fs::write(&data, b"a data file a program maps at offset 0").unwrap();
-        assert!(!is_elf(&data));
-        std::fs::remove_file(&data).unwrap();
-        assert!(!is_elf(Path::new("/nonexistent/libx.so")));
-    }
 
     #[test]
     fn late_roi_names_are_parsed() {

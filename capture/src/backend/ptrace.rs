@@ -207,6 +207,13 @@ struct Tracer {
     roi_entry: u64,
     roi_bias: u64,
     roi_image: Option<(String, u64)>,
+    /// Where `--roi` names not found at start are looked for (`roi_link.late`): the dynamic
+    /// loader (its path, the link address of its offset 0, and of `_dl_debug_state`, where
+    /// a breakpoint stops a thread after each `dlopen`), the files searched so far, and
+    /// what was found.
+    roi_loader: Option<(String, u64, u64)>,
+    roi_searched: Vec<String>,
+    roi_found: Vec<String>,
     incomplete: u64,
     errors: Vec<String>,
     progress: crate::progress::Progress,
@@ -428,11 +435,42 @@ impl Tracer {
         self.roi_maps_changed();
     }
 
-    /// New mappings: a library the ROI is in may be mapped now.
+    /// New mappings: a library the ROI is in may be mapped now, or one the program opened
+    /// with dlopen may hold a name not found yet.
     fn roi_maps_changed(&mut self) {
         if self.roi_ranges.as_ref().is_some_and(|r| r.pending) {
             self.roi_ranges = None;
         }
+        if self.roi_link.late.is_empty() {
+            return;
+        }
+        let maps = read_maps(self.leader);
+        let found = crate::symbols::find_in_new_libraries(
+            &maps,
+            &mut self.roi_searched,
+            &[],
+            &mut self.roi_link.late,
+        );
+        for f in found {
+            self.roi_found.push(f.note());
+            let mut plan = RoiPlan::default();
+            plan.add(&f.name, &f.code);
+            plan.tidy();
+            self.roi_link.libs.push(super::LibPlan {
+                path: f.path,
+                base: f.load_base,
+                plan,
+            });
+            self.roi_ranges = None;
+        }
+    }
+
+    /// Where the dynamic loader's `_dl_debug_state` runs (None before it is mapped).
+    fn loader_hook(&self) -> Option<u64> {
+        let (path, base, hook) = self.roi_loader.as_ref()?;
+        let maps = read_maps(self.leader);
+        let start = Mapping::file_starts(&maps, path).next()?;
+        Some(hook.wrapping_add(start.wrapping_sub(*base)))
     }
 
     fn roi_ranges(&mut self) -> &RoiPlan {
@@ -614,6 +652,10 @@ impl Tracer {
             // them, stops the thread to look again.
             entries.push(self.roi_entry.wrapping_add(self.roi_bias));
         }
+        if let (false, Some(hook)) = (self.roi_link.late.is_empty(), self.loader_hook()) {
+            // Names not found yet: the loader's hook stops the thread after each dlopen.
+            entries.push(hook);
+        }
         entries.sort_unstable();
         entries.dedup();
         if entries.is_empty() || entries.len() > 4 {
@@ -782,12 +824,43 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         }
     };
     let roi_link = RoiPlan::find(&image, &cfg.roi)?;
-    if let Some(name) = roi_link.late.first() {
-        return Err(CaptureError::Invalid(format!(
-            "--roi {name}: not in the program or the libraries it loads at start, and the ptrace backend does not search the libraries a program opens with dlopen: capture with --backend qemu, which does"
-        )));
-    }
-    let notes = roi_link.notes.clone();
+    // Names for the libraries the program opens with dlopen: the dynamic loader calls
+    // `_dl_debug_state` once it has mapped them (the hook debuggers break on).
+    let roi_loader = match (roi_link.late.first(), &image.interp) {
+        (None, _) => None,
+        (Some(name), interp) => {
+            let hook = interp.as_ref().and_then(|path| {
+                let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+                let loader = ElfImage::open(&path).ok()?;
+                let f = loader
+                    .find_function("_dl_debug_state")
+                    .ok()?
+                    .into_iter()
+                    .next()?;
+                Some((path.display().to_string(), loader.load_base, f.start))
+            });
+            if hook.is_none() {
+                return Err(CaptureError::Invalid(format!(
+                    "--roi {name}: not in the program or the libraries it loads at start, and this program's dynamic loader has no _dl_debug_state to stop at when it opens a library: capture with --backend qemu"
+                )));
+            }
+            hook
+        }
+    };
+    let mut notes = roi_link.notes.clone();
+    // The files searched at start: the libraries, the loader and the program.
+    let roi_searched: Vec<String> = roi_link
+        .searched
+        .iter()
+        .cloned()
+        .chain(roi_loader.iter().map(|l| l.0.clone()))
+        .chain(std::iter::once(
+            std::fs::canonicalize(&program_path)
+                .unwrap_or_else(|_| program_path.clone())
+                .display()
+                .to_string(),
+        ))
+        .collect();
     let output = &cfg.output;
     let out_err = |cause| CaptureError::Output {
         path: output.clone(),
@@ -872,6 +945,9 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         roi_image: image
             .is_pie
             .then(|| (program_path.display().to_string(), image.load_base)),
+        roi_searched,
+        roi_loader,
+        roi_found: Vec::new(),
         incomplete: 0,
         errors: Vec::new(),
         // After the spawn: the program starts with mgbench's own mask.
@@ -1081,7 +1157,19 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             cfg.roi.join(", ")
         ));
     }
+    for name in &tr.roi_link.late {
+        warnings.push(format!(
+            "--roi {name}: no library the program opened with dlopen has a function of that name either"
+        ));
+    }
+    let found = tr.roi_found;
     let mut w = tr.writer;
+    if !tr.failed {
+        for note in &found {
+            w.write_note(note).map_err(out_err)?;
+        }
+    }
+    notes.extend(found);
     if tr.children > 0 {
         const RAN: &str = "they ran untraced";
         warnings.push(crate::trace::children_note(tr.children, RAN, false));
