@@ -716,13 +716,13 @@ impl LateFind {
 }
 
 /// Searches the files `maps` shows newly mapped at their offset 0 (not in `searched`, which
-/// they join, nor starting at one of `skip`) for the names in `late`, as the program's own
+/// they join, nor starting at one of `excluded_starts`) for the names in `late`, as the program's own
 /// names are found (symbols, debug file, DWARF); the names found leave `late`. Only ELF files
 /// are read: a program maps data files at offset 0 too.
 pub fn find_in_new_libraries(
     maps: &[Mapping],
     searched: &mut Vec<String>,
-    skip: &[u64],
+    excluded_starts: &[u64],
     late: &mut Vec<String>,
 ) -> Vec<LateFind> {
     let mut found = Vec::new();
@@ -732,7 +732,7 @@ pub fn find_in_new_libraries(
         }
         if m.offset != 0
             || !m.path.starts_with('/')
-            || skip.contains(&m.start)
+            || excluded_starts.contains(&m.start)
             || searched.contains(&m.path)
         {
             continue;
@@ -762,7 +762,7 @@ pub fn find_in_new_libraries(
 }
 
 /// The file starts as an ELF file does.
-pub fn is_elf(path: &Path) -> bool {
+fn is_elf(path: &Path) -> bool {
     use std::io::Read;
     let mut magic = [0u8; 4];
     std::fs::File::open(path)

@@ -303,11 +303,10 @@ impl RoiRuntime {
             };
             self.add(&cfg.roi, &cfg.inlined, bias);
             self.pending = (0..cfg.libs.len()).collect();
+            // (The program and the loader are among `host`: QEMU maps them before the guest
+            // runs.)
             self.late = cfg.late.clone();
             self.searched = cfg.searched.clone();
-            if let Some(exe) = &cfg.exe {
-                self.searched.push(exe.clone());
-            }
         }
         let mut pending = std::mem::take(&mut self.pending);
         pending.retain(|&i| {

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 pub use program::{evex_instructions, host_has_avx512, resolve, which, Program};
 pub use sys::{signal_name, string_ops_under_watchpoint};
 
-use crate::symbols::{ElfImage, SymbolError};
+use crate::symbols::{ElfImage, FunctionCode, SymbolError};
 use crate::trace::{EndInfo, Frame, Mode, TraceReader, TraceWriter};
 
 /// Which backend records the trace.
@@ -217,8 +217,6 @@ impl RoiPlan {
                                 libs.len()
                             ));
                             plan.late.push(name.clone());
-                            plan.searched =
-                                libs.iter().map(|l| l.path.display().to_string()).collect();
                             continue;
                         }
                         return Err(match e {
@@ -234,34 +232,44 @@ impl RoiPlan {
                         "--roi {name}: in {} (a shared library the program loads)",
                         crate::symbols::short_path(&path)
                     ));
-                    let i = match plan.libs.iter().position(|l| l.path == path) {
-                        Some(i) => i,
-                        None => {
-                            plan.libs.push(LibPlan {
-                                path,
-                                base: lib.load_base,
-                                plan: RoiPlan::default(),
-                            });
-                            plan.libs.len() - 1
-                        }
-                    };
-                    let lib_plan = &mut plan.libs[i].plan;
-                    lib_plan.add(name, &code);
-                    plan.notes.append(&mut lib_plan.notes);
+                    plan.add_in_library(path, lib.load_base, name, &code);
                     continue;
                 }
                 Err(e) => return Err(CaptureError::Roi(e)),
             };
             plan.add(name, &code);
         }
-        plan.tidy();
-        for l in &mut plan.libs {
-            l.plan.tidy();
+        if !plan.late.is_empty() {
+            plan.searched = libraries
+                .iter()
+                .flatten()
+                .map(|l| l.path.display().to_string())
+                .collect();
         }
+        plan.tidy();
         Ok(plan)
     }
 
-    fn add(&mut self, name: &str, code: &crate::symbols::FunctionCode) {
+    /// Adds a function found in the library at `path` (`base`: the link address of its file
+    /// offset 0) to that library's plan, and its notes to this one's.
+    fn add_in_library(&mut self, path: String, base: u64, name: &str, code: &FunctionCode) {
+        let i = match self.libs.iter().position(|l| l.path == path) {
+            Some(i) => i,
+            None => {
+                self.libs.push(LibPlan {
+                    path,
+                    base,
+                    plan: RoiPlan::default(),
+                });
+                self.libs.len() - 1
+            }
+        };
+        let lib_plan = &mut self.libs[i].plan;
+        lib_plan.add(name, code);
+        self.notes.append(&mut lib_plan.notes);
+    }
+
+    fn add(&mut self, name: &str, code: &FunctionCode) {
         self.functions.extend(&code.entries);
         self.parts.extend(&code.parts);
         for c in &code.inlined {
@@ -276,7 +284,11 @@ impl RoiPlan {
         }
     }
 
+    /// Sorts and dedups the ranges, the libraries' too.
     fn tidy(&mut self) {
+        for l in &mut self.libs {
+            l.plan.tidy();
+        }
         for v in [
             &mut self.functions,
             &mut self.parts,
@@ -341,6 +353,11 @@ impl RoiPlan {
     }
 }
 
+/// The warning for a `--roi` name no library the program opened with dlopen had.
+fn unfound_in_opened_libraries(name: &str) -> String {
+    format!("--roi {name}: no library the program opened with dlopen has a function of that name either")
+}
+
 /// The shared libraries the program's dynamic loader loads at start, in its order: what
 /// `LOADER --list PROGRAM` prints (`ldd`'s way; the loader maps them and exits, running
 /// none of the program's code). Empty for a static program, or when the loader fails.
@@ -371,7 +388,7 @@ fn loaded_libraries(image: &ElfImage) -> Vec<PathBuf> {
 
 /// "--roi gather: inlined into main (2 places) and work; recorded there too (no out-of-line
 /// copy)".
-fn inlined_note(name: &str, code: &crate::symbols::FunctionCode) -> String {
+fn inlined_note(name: &str, code: &FunctionCode) -> String {
     let mut callers: Vec<(String, usize)> = Vec::new();
     for c in &code.inlined {
         let caller = c

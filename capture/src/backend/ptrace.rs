@@ -209,9 +209,10 @@ struct Tracer {
     roi_image: Option<(String, u64)>,
     /// Where `--roi` names not found at start are looked for (`roi_link.late`): the dynamic
     /// loader (its path, the link address of its offset 0, and of `_dl_debug_state`, where
-    /// a breakpoint stops a thread after each `dlopen`), the files searched so far, and
-    /// what was found.
+    /// a breakpoint stops a thread after each `dlopen`), where that runs (set with the
+    /// ranges), the files searched so far, and what was found.
     roi_loader: Option<(String, u64, u64)>,
+    roi_hook: Option<u64>,
     roi_searched: Vec<String>,
     roi_found: Vec<String>,
     incomplete: u64,
@@ -433,44 +434,35 @@ impl Tracer {
             self.errors.push(format!("cannot write mappings: {e}"));
         }
         self.roi_maps_changed();
+        self.roi_search_late(&maps);
     }
 
-    /// New mappings: a library the ROI is in may be mapped now, or one the program opened
-    /// with dlopen may hold a name not found yet.
+    /// New mappings: a library the ROI is in may be mapped now.
     fn roi_maps_changed(&mut self) {
         if self.roi_ranges.as_ref().is_some_and(|r| r.pending) {
             self.roi_ranges = None;
         }
+    }
+
+    /// New mappings: a library the program opened with dlopen may hold a name not found
+    /// yet.
+    fn roi_search_late(&mut self, maps: &[Mapping]) {
         if self.roi_link.late.is_empty() {
             return;
         }
-        let maps = read_maps(self.leader);
         let found = crate::symbols::find_in_new_libraries(
-            &maps,
+            maps,
             &mut self.roi_searched,
             &[],
             &mut self.roi_link.late,
         );
         for f in found {
             self.roi_found.push(f.note());
-            let mut plan = RoiPlan::default();
-            plan.add(&f.name, &f.code);
-            plan.tidy();
-            self.roi_link.libs.push(super::LibPlan {
-                path: f.path,
-                base: f.load_base,
-                plan,
-            });
+            self.roi_link
+                .add_in_library(f.path, f.load_base, &f.name, &f.code);
+            self.roi_link.tidy();
             self.roi_ranges = None;
         }
-    }
-
-    /// Where the dynamic loader's `_dl_debug_state` runs (None before it is mapped).
-    fn loader_hook(&self) -> Option<u64> {
-        let (path, base, hook) = self.roi_loader.as_ref()?;
-        let maps = read_maps(self.leader);
-        let start = Mapping::file_starts(&maps, path).next()?;
-        Some(hook.wrapping_add(start.wrapping_sub(*base)))
     }
 
     fn roi_ranges(&mut self) -> &RoiPlan {
@@ -484,6 +476,10 @@ impl Tracer {
                     .map_or(0, |start| start.wrapping_sub(*base)),
                 None => 0,
             };
+            self.roi_hook = self.roi_loader.as_ref().and_then(|(path, base, hook)| {
+                let start = Mapping::file_starts(&maps, path).next()?;
+                Some(hook.wrapping_add(start.wrapping_sub(*base)))
+            });
             self.roi_ranges = Some(self.roi_link.placed(self.roi_bias, &maps));
         }
         self.roi_ranges.get_or_insert_with(RoiPlan::default)
@@ -528,6 +524,10 @@ impl Tracer {
             ptrace_sys::set_exec_breakpoints(tid, &[]);
             self.pin(tid);
             self.roi_maps_changed();
+            if self.roi_hook == Some(ip) {
+                // The loader's hook: a dlopen has mapped a library.
+                self.roi_search_late(&read_maps(self.leader));
+            }
         }
         let inside = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, e)| ip >= s && ip < e);
         let entry = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, _)| s == ip);
@@ -652,7 +652,7 @@ impl Tracer {
             // them, stops the thread to look again.
             entries.push(self.roi_entry.wrapping_add(self.roi_bias));
         }
-        if let (false, Some(hook)) = (self.roi_link.late.is_empty(), self.loader_hook()) {
+        if let (false, Some(hook)) = (self.roi_link.late.is_empty(), self.roi_hook) {
             // Names not found yet: the loader's hook stops the thread after each dlopen.
             entries.push(hook);
         }
@@ -947,6 +947,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             .then(|| (program_path.display().to_string(), image.load_base)),
         roi_searched,
         roi_loader,
+        roi_hook: None,
         roi_found: Vec::new(),
         incomplete: 0,
         errors: Vec::new(),
@@ -1157,11 +1158,12 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             cfg.roi.join(", ")
         ));
     }
-    for name in &tr.roi_link.late {
-        warnings.push(format!(
-            "--roi {name}: no library the program opened with dlopen has a function of that name either"
-        ));
-    }
+    warnings.extend(
+        tr.roi_link
+            .late
+            .iter()
+            .map(|n| super::unfound_in_opened_libraries(n)),
+    );
     let found = tr.roi_found;
     let mut w = tr.writer;
     if !tr.failed {

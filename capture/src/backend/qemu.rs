@@ -353,11 +353,11 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             end.errors = s.errors.clone();
             warnings.extend(s.errors);
             notes.extend(s.roi_found);
-            for name in s.roi_unfound {
-                warnings.push(format!(
-                    "--roi {name}: no library the program opened with dlopen has a function of that name either"
-                ));
-            }
+            warnings.extend(
+                s.roi_unfound
+                    .iter()
+                    .map(|n| super::unfound_in_opened_libraries(n)),
+            );
             if s.children > 0 {
                 warnings.push(crate::trace::children_note(
                     s.children,

@@ -852,9 +852,8 @@ pub struct Sampler {
     counter: u64,
     next_sample: u64,
     slots: Vec<Option<Slot>>,
-    /// Samples since each slot was last empty or trapped ...
-    since: Vec<u64>,
-    /// ... and the sum of their scales (the weighted reservoir's `S_k`).
+    /// The scales of the samples since each slot was last empty or trapped (the weighted
+    /// reservoir's `S_k`; their count at one scale).
     since_scale: Vec<f64>,
     /// The samples taken at each instruction, in order: (number, the sum of their scales
     /// up to and including it).
@@ -873,7 +872,6 @@ impl Sampler {
         let first = Self::gap(&cfg, &mut rng);
         Sampler {
             slots: vec![None; cfg.watchpoints],
-            since: vec![0; cfg.watchpoints],
             since_scale: vec![0.0; cfg.watchpoints],
             order: (0..cfg.watchpoints).collect(),
             cfg,
@@ -918,7 +916,6 @@ impl Sampler {
                         weight,
                     });
                     self.slots[k] = None;
-                    self.since[k] = 0;
                     self.since_scale[k] = 0.0;
                     self.traps += 1;
                 }
@@ -1041,7 +1038,6 @@ impl Sampler {
         let Some(s) = self.slots.get_mut(register).and_then(Option::take) else {
             return;
         };
-        self.since[register] = 0;
         self.since_scale[register] = 0.0;
         self.traps += 1;
         let weight = self.attributed(&s);
@@ -1074,9 +1070,8 @@ impl Sampler {
             pi: 1.0,
             scale,
         };
-        for k in 0..self.since.len() {
+        for k in 0..self.since_scale.len() {
             if self.slots[k].is_some() {
-                self.since[k] += 1;
                 self.since_scale[k] += scale;
             }
         }
@@ -1087,7 +1082,6 @@ impl Sampler {
         };
         if let Some(k) = free {
             self.slots[k] = Some(slot);
-            self.since[k] = 1;
             self.since_scale[k] = scale;
             return;
         }
@@ -1120,7 +1114,7 @@ impl Sampler {
                 let mut taken = None;
                 for idx in 0..n {
                     let k = self.order[idx];
-                    let nk = self.since[k].max(1);
+                    let nk = (self.since_scale[k] as u64).max(1);
                     if self.rng.next_u64() % nk == 0 {
                         taken = Some(k);
                         break;
