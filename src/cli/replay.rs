@@ -609,10 +609,14 @@ fn report(
         out.write_all(&bytes)
             .with_context(|| format!("cannot write to {}", sink.name()))?;
     } else {
-        for r in records.iter().filter(|r| !r.notes.is_empty()) {
+        // A sweep's steps repeat their configuration's notes: each is printed once.
+        let mut printed = std::collections::HashSet::new();
+        for r in &records {
             for n in &r.notes {
-                writeln!(out, "note: {}: {n}", r.name)
-                    .with_context(|| format!("cannot write to {}", sink.name()))?;
+                if printed.insert((&r.name, n)) {
+                    writeln!(out, "note: {}: {n}", r.name)
+                        .with_context(|| format!("cannot write to {}", sink.name()))?;
+                }
             }
         }
     }

@@ -1,6 +1,7 @@
 //! `replay --cuda` and `stream --cuda` as a user on a machine without a GPU meets them: clear
 //! errors and exit status 1, never a panic; option misuse caught before the GPU is looked for.
-//! (The GPU logic itself is tested against a simulated device in mgbench-replay.)
+//! (The GPU logic itself is tested against a simulated device in mgbench-replay, and on a real
+//! GPU by its ignored device tests, which scripts/gpu-check.sh runs.)
 
 use crate::common::{mgbench, stderr, temp_dir};
 

@@ -232,6 +232,20 @@ unsafe fn launch(b: &mut LaunchArgs<'_>, cfg: LaunchConfig) -> Result<(), GpuErr
         .map_err(driver("launching a kernel"))
 }
 
+fn no_apex() -> GpuError {
+    GpuError::Driver {
+        doing: "choosing a kernel".into(),
+        message: "the apex kernel has no CUDA version".into(),
+    }
+}
+
+fn no_buffer() -> GpuError {
+    GpuError::Driver {
+        doing: "launching a kernel".into(),
+        message: "a buffer the kernel takes was not allocated".into(),
+    }
+}
+
 fn config(grid: u32, block: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (grid, 1, 1),
@@ -247,6 +261,11 @@ impl GpuDevice for CudaDevice {
 
     fn memory(&mut self) -> Result<(u64, u64), GpuError> {
         guarded("reading free memory", || {
+            // Buffers of the last job are freed on the stream: wait for that, or they would
+            // still count as used.
+            self.stream
+                .synchronize()
+                .map_err(driver("waiting for the device"))?;
             let (free, total) = self
                 .ctx
                 .mem_get_info()
@@ -264,90 +283,199 @@ impl GpuDevice for CudaDevice {
     }
 }
 
+/// A job's buffers on the device: the sparse side (gather side of `gs`), the scatter side of
+/// `gs`, the dense buffer of the other kernels, and the index tables.
+struct JobBuffers {
+    sparse: CudaSlice<f64>,
+    /// What gathers compare each value they read with, storing it only when it differs
+    /// (spatter.cu): the sparse side's fill value in replay, so nothing is stored; NaN for
+    /// given contents, so everything is.
+    fill: f64,
+    sparse_s: Option<CudaSlice<f64>>,
+    dense: Option<CudaSlice<f64>>,
+    tables: Vec<CudaSlice<u64>>,
+}
+
+/// The value replay fills sparse sides with (dense buffers hold 2.0, the scatter side of `gs`
+/// 0.0).
+const SPARSE_FILL: f64 = 1.0;
+
+/// Contents for a job's buffers, copied to the device instead of replay's constants; the hardware tests use them to check results. A
+/// buffer the kernel does not take is empty.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Contents {
+    pub sparse: Vec<f64>,
+    pub sparse_s: Vec<f64>,
+    pub dense: Vec<f64>,
+}
+
 impl CudaDevice {
     fn time_job(&self, job: &GpuJob<'_>) -> Result<Vec<f64>, GpuError> {
-        let c = job.config;
         let f = self.function(&self.spatter, job.function)?;
-        let fp = &job.footprint;
+        let mut bufs = self.job_buffers(job, None)?;
         let cfg = config(job.shape.grid, job.shape.block);
+        self.timed(job.warmup, job.nruns, &mut || {
+            self.launch_job(&f, job, &mut bufs, cfg)
+        })
+    }
+
+    /// Runs `job`'s kernel once over buffers holding `given`, and returns what they hold
+    /// afterwards.
+    #[cfg(test)]
+    pub fn run_once(&self, job: &GpuJob<'_>, given: &Contents) -> Result<Contents, GpuError> {
+        let f = self.function(&self.spatter, job.function)?;
+        let mut bufs = self.job_buffers(job, Some(given))?;
+        self.launch_job(&f, job, &mut bufs, config(job.shape.grid, job.shape.block))?;
+        let back = |x: Option<&CudaSlice<f64>>| match x {
+            Some(x) => self
+                .stream
+                .clone_dtoh(x)
+                .map_err(driver("copying results to the host")),
+            None => Ok(Vec::new()),
+        };
+        Ok(Contents {
+            sparse: back(Some(&bufs.sparse))?,
+            sparse_s: back(bufs.sparse_s.as_ref())?,
+            dense: back(bufs.dense.as_ref())?,
+        })
+    }
+
+    /// Allocates a job's buffers (as the footprint sizes them) and fills them, with replay's
+    /// constants or, in tests, with given contents.
+    fn job_buffers(
+        &self,
+        job: &GpuJob<'_>,
+        given: Option<&Contents>,
+    ) -> Result<JobBuffers, GpuError> {
+        let fp = &job.footprint;
+        let filled = |n: usize, value: f64| -> Result<CudaSlice<f64>, GpuError> {
+            let mut x = self.zeros(n)?;
+            if value != 0.0 {
+                self.fill(&mut x, value)?;
+            }
+            Ok(x)
+        };
+        let gs = matches!(job.config.kernel, Kernel::GatherScatter { .. });
+        if let Some(g) = given {
+            let copied = |v: &[f64], n: usize| -> Result<Option<CudaSlice<f64>>, GpuError> {
+                if n == 0 {
+                    return Ok(None);
+                }
+                if v.len() != n {
+                    return Err(GpuError::Driver {
+                        doing: "copying contents to the device".into(),
+                        message: format!("{} values for a buffer of {n}", v.len()),
+                    });
+                }
+                self.stream
+                    .clone_htod(v)
+                    .map(Some)
+                    .map_err(driver("copying contents to the device"))
+            };
+            return Ok(JobBuffers {
+                fill: f64::NAN,
+                sparse: copied(&g.sparse, fp.sparse_elems)?.ok_or_else(no_buffer)?,
+                sparse_s: copied(&g.sparse_s, fp.sparse_scatter_elems)?,
+                dense: if gs {
+                    None
+                } else {
+                    copied(&g.dense, fp.dense_elems_per_thread)?
+                },
+                tables: self.tables(job)?,
+            });
+        }
+        Ok(JobBuffers {
+            fill: SPARSE_FILL,
+            sparse: filled(fp.sparse_elems, SPARSE_FILL)?,
+            sparse_s: if gs {
+                Some(filled(fp.sparse_scatter_elems, 0.0)?)
+            } else {
+                None
+            },
+            dense: if gs {
+                None
+            } else {
+                Some(filled(fp.dense_elems_per_thread, 2.0)?)
+            },
+            tables: self.tables(job)?,
+        })
+    }
+
+    /// The job's index tables on the device, in the order its kernel takes them.
+    fn tables(&self, job: &GpuJob<'_>) -> Result<Vec<CudaSlice<u64>>, GpuError> {
+        let tables: Vec<&[usize]> = match &job.config.kernel {
+            Kernel::Gather { pattern, .. } | Kernel::Scatter { pattern, .. } => vec![pattern],
+            Kernel::MultiGather { outer, inner, .. }
+            | Kernel::MultiScatter { outer, inner, .. } => {
+                vec![outer, inner]
+            }
+            // gs takes the scatter side's table first.
+            Kernel::GatherScatter {
+                gather, scatter, ..
+            } => vec![scatter, gather],
+            Kernel::Apex(_) => return Err(no_apex()),
+        };
+        tables.into_iter().map(|t| self.indices(t)).collect()
+    }
+
+    /// Launches the job's kernel once over its buffers.
+    fn launch_job(
+        &self,
+        f: &CudaFunction,
+        job: &GpuJob<'_>,
+        bufs: &mut JobBuffers,
+        cfg: LaunchConfig,
+    ) -> Result<(), GpuError> {
+        let c = job.config;
         let len = c.kernel.pattern_len() as u64;
         let count = c.count as u64;
         let wrap = c.wrap.max(1) as u64;
-        let mut sparse = self.zeros(fp.sparse_elems)?;
-        self.fill(&mut sparse, 1.0)?;
+        let mut b = self.stream.launch_builder(f);
         // Gather, scatter and the multi-kernels take (dense, sparse) or (sparse, dense), their
-        // index tables (the pattern; or outer, inner), then len, delta, origin, count, wrap
-        // (origin lifts a negative delta's bases above 0: config::iteration_origin).
-        let (tables, delta, gather): (Vec<&[usize]>, i64, bool) = match &c.kernel {
-            Kernel::Gather { pattern, delta } => (vec![pattern], *delta, true),
-            Kernel::Scatter { pattern, delta } => (vec![pattern], *delta, false),
-            Kernel::MultiGather {
-                outer,
-                inner,
-                delta,
-            } => (vec![outer, inner], *delta, true),
-            Kernel::MultiScatter {
-                outer,
-                inner,
-                delta,
-            } => (vec![outer, inner], *delta, false),
+        // index tables (the pattern; or outer, inner), then len, delta, origin, count, wrap,
+        // and for gathers the value they do not store;
+        // gs takes (sparse_s, sparse_g, ps, pg, len, delta_s, origin_s, delta_g, origin_g,
+        // count). An origin lifts a negative delta's bases above 0
+        // (config::iteration_origin).
+        let (delta, gather) = match &c.kernel {
+            Kernel::Gather { delta, .. } | Kernel::MultiGather { delta, .. } => (*delta, true),
+            Kernel::Scatter { delta, .. } | Kernel::MultiScatter { delta, .. } => (*delta, false),
             Kernel::GatherScatter {
-                gather,
-                scatter,
                 delta_gather,
                 delta_scatter,
+                ..
             } => {
-                let mut sparse_s = self.zeros(fp.sparse_scatter_elems)?;
-                let pg = self.indices(gather)?;
-                let ps = self.indices(scatter)?;
                 let (dg, ds) = (*delta_gather, *delta_scatter);
                 let og = iteration_origin(dg, c.count) as u64;
                 let os = iteration_origin(ds, c.count) as u64;
-                return self.timed(job.warmup, job.nruns, &mut || {
-                    let mut b = self.stream.launch_builder(&f);
-                    b.arg(&mut sparse_s)
-                        .arg(&sparse)
-                        .arg(&ps)
-                        .arg(&pg)
-                        .arg(&len)
-                        .arg(&ds)
-                        .arg(&os)
-                        .arg(&dg)
-                        .arg(&og)
-                        .arg(&count);
-                    // SAFETY: matches gs(_atomic) in spatter.cu; buffers sized by the plan.
-                    unsafe { launch(&mut b, cfg) }
-                });
+                let sparse_s = bufs.sparse_s.as_mut().ok_or_else(no_buffer)?;
+                b.arg(sparse_s).arg(&bufs.sparse);
+                for t in &bufs.tables {
+                    b.arg(t);
+                }
+                b.arg(&len).arg(&ds).arg(&os).arg(&dg).arg(&og).arg(&count);
+                // SAFETY: matches gs(_atomic) in spatter.cu; buffers sized by the plan.
+                return unsafe { launch(&mut b, cfg) };
             }
-            Kernel::Apex(_) => {
-                return Err(GpuError::Driver {
-                    doing: "choosing a kernel".into(),
-                    message: "the apex kernel has no CUDA version".into(),
-                })
-            }
+            Kernel::Apex(_) => return Err(no_apex()),
         };
-        let mut dense = self.zeros(fp.dense_elems_per_thread)?;
-        self.fill(&mut dense, 2.0)?;
-        let tables = tables
-            .into_iter()
-            .map(|t| self.indices(t))
-            .collect::<Result<Vec<_>, _>>()?;
+        let dense = bufs.dense.as_mut().ok_or_else(no_buffer)?;
+        if gather {
+            b.arg(dense).arg(&bufs.sparse);
+        } else {
+            b.arg(&mut bufs.sparse).arg(&*dense);
+        }
+        for t in &bufs.tables {
+            b.arg(t);
+        }
         let origin = iteration_origin(delta, c.count) as u64;
-        self.timed(job.warmup, job.nruns, &mut || {
-            let mut b = self.stream.launch_builder(&f);
-            if gather {
-                b.arg(&mut dense).arg(&sparse);
-            } else {
-                b.arg(&mut sparse).arg(&dense);
-            }
-            for t in &tables {
-                b.arg(t);
-            }
-            b.arg(&len).arg(&delta).arg(&origin).arg(&count).arg(&wrap);
-            // SAFETY: matches gather/scatter/multigather/multiscatter(_atomic) in spatter.cu,
-            // and the buffers hold the footprint plan::footprint computed for them.
-            unsafe { launch(&mut b, cfg) }
-        })
+        b.arg(&len).arg(&delta).arg(&origin).arg(&count).arg(&wrap);
+        if gather {
+            b.arg(&bufs.fill);
+        }
+        // SAFETY: matches gather/scatter/multigather/multiscatter(_atomic) in spatter.cu, and
+        // the buffers hold the footprint plan::footprint computed for them.
+        unsafe { launch(&mut b, cfg) }
     }
 
     fn babelstream(&self, elements: usize, ntimes: usize) -> Result<StreamRun, GpuError> {
@@ -466,3 +594,6 @@ impl CudaDevice {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

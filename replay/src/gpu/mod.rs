@@ -115,7 +115,8 @@ pub struct SweepStep {
     /// The pattern's length before the sweep truncated it (None: not truncated).
     pub truncated_from: Option<usize>,
     /// Count at which the bandwidth plateaus (first step from which every step reaches 90% of
-    /// the sweep's best), or None when it was still rising at the last step.
+    /// the sweep's best), or None when there is none: still rising at the last step, or
+    /// falling at larger counts.
     pub plateau_count: Option<usize>,
 }
 
@@ -301,6 +302,30 @@ pub fn plateau(bandwidths: &[f64]) -> Option<usize> {
         None
     } else {
         Some(start)
+    }
+}
+
+/// Why a sweep ([`plateau`] None) has no plateau, from its steps' (count, bandwidth): still
+/// rising at its largest count, or falling there below 90% of its best (the footprint grew
+/// out of a cache as the count grew).
+pub fn no_plateau(steps: &[(usize, f64)]) -> String {
+    let Some(&(_, last)) = steps.last() else {
+        return "sweep: no step ran".into();
+    };
+    let (best_count, best) =
+        steps
+            .iter()
+            .copied()
+            .fold((0, f64::MIN), |a, b| if b.1 > a.1 { b } else { a });
+    if last >= PLATEAU_FRACTION * best {
+        "sweep: bandwidth still rising at the largest count: no plateau reached".into()
+    } else {
+        format!(
+            "sweep: bandwidth falls at larger counts (best {best:.0} MB/s at count {best_count}, \
+             {:.0}% of it at the largest): no plateau; the footprint may have outgrown a cache \
+             as the count grew",
+            100.0 * last / best
+        )
     }
 }
 
@@ -700,7 +725,8 @@ fn sweep(
             Err(e) => return Err(e),
         }
     }
-    let bw: Vec<f64> = records.iter().map(|r| r.bandwidth_mbs).collect();
+    let measured: Vec<(usize, f64)> = records.iter().map(|r| (r.count, r.bandwidth_mbs)).collect();
+    let bw: Vec<f64> = measured.iter().map(|m| m.1).collect();
     let plateau_at = plateau(&bw);
     let plateau_count = plateau_at.map(|i| records[i].count);
     let n = records.len();
@@ -715,9 +741,7 @@ fn sweep(
         }
         if i + 1 == n {
             if plateau_at.is_none() {
-                r.notes.push(
-                    "sweep: bandwidth still rising at the largest count: no plateau reached".into(),
-                );
+                r.notes.push(no_plateau(&measured));
             }
             if let Some(why) = &stopped {
                 r.notes

@@ -266,6 +266,23 @@ fn plateau_is_where_bandwidth_stops_growing() {
     assert_eq!(plateau(&[]), None);
     // A late dip below 90% moves the plateau past it.
     assert_eq!(plateau(&[9.0, 10.0, 5.0, 10.0, 10.0]), Some(3));
+    // Falling at larger counts (seen on an H100: a random gather whose footprint outgrows
+    // the L2 as the count grows): no plateau either, and the note says which way.
+    let falling = [
+        377.0, 375.0, 366.0, 356.0, 346.0, 337.0, 325.0, 316.0, 304.0, 297.0,
+    ];
+    assert_eq!(plateau(&falling), None);
+    let steps: Vec<(usize, f64)> = falling
+        .iter()
+        .enumerate()
+        .map(|(k, &b)| (1024 << k, b))
+        .collect();
+    let note = no_plateau(&steps);
+    assert!(note.contains("falls at larger counts"), "{note}");
+    assert!(note.contains("best 377 MB/s at count 1024"), "{note}");
+    assert!(note.contains("79% of it"), "{note}");
+    let rising = no_plateau(&[(1, 1.0), (2, 2.0), (4, 4.0)]);
+    assert!(rising.contains("still rising"), "{rising}");
 }
 
 #[test]
@@ -522,12 +539,12 @@ fn results_files_hold_gpu_records_and_gpu_stream() {
 
 /// Parameters of each kernel as the host (cuda.rs) passes them.
 const ARITY: [(&str, usize); 15] = [
-    ("gather", 8),
+    ("gather", 9),
     ("scatter", 8),
     ("scatter_atomic", 8),
     ("gs", 10),
     ("gs_atomic", 10),
-    ("multigather", 9),
+    ("multigather", 10),
     ("multiscatter", 9),
     ("multiscatter_atomic", 9),
     ("fill", 3),
