@@ -32,6 +32,8 @@ pub struct Machine {
     /// STREAM Copy (MB/s): the median over its records' baselines, else its STREAM files.
     pub stream_copy_mbs: Option<f64>,
     pub stream_triad_mbs: Option<f64>,
+    /// The thread counts its records chose ([`chosen_threads`]): worker threads per rank on
+    /// CPUs, threads per block on a GPU.
     pub threads: Vec<usize>,
     pub ranks: usize,
     pub mgbench_versions: Vec<String>,
@@ -158,7 +160,7 @@ pub fn compare(
                 }
                 triad = median(&mut own.iter().map(|s| s.triad_mbs).collect::<Vec<_>>());
             }
-            let threads: BTreeSet<usize> = recs.iter().map(|r| r.threads).collect();
+            let threads: BTreeSet<usize> = recs.iter().map(|r| chosen_threads(r)).collect();
             let versions: BTreeSet<String> =
                 recs.iter().map(|r| r.mgbench_version.clone()).collect();
             Machine {
@@ -246,8 +248,21 @@ pub fn compare(
             }) {
                 flags.push(format!("sizes differ: {v}"));
             }
-            if let Some(v) = differs(&|r| format!("{} threads", r.threads)) {
-                flags.push(format!("threads differ: {v}"));
+            // Threads compare between machines of one kind: CPU worker threads, or GPU
+            // threads per block (a CPU and a GPU differ by nature).
+            for backend in ["cpu", "cuda"] {
+                let vals: BTreeSet<String> = present
+                    .iter()
+                    .filter(|r| r.backend == backend)
+                    .map(|r| match &r.gpu {
+                        Some(g) => format!("{} threads per block", g.block),
+                        None => format!("{} threads", r.threads),
+                    })
+                    .collect();
+                if vals.len() > 1 {
+                    let v = vals.into_iter().collect::<Vec<_>>().join(" vs ");
+                    flags.push(format!("threads differ: {v}"));
+                }
             }
             if let Some(v) = differs(&|r| r.mgbench_version.clone()) {
                 flags.push(format!("mgbench versions differ: {v}"));
@@ -299,8 +314,13 @@ pub fn compare(
         }
         if m.threads.len() > 1 {
             warnings.push(format!(
-                "{} ran with different thread counts ({}): its medians mix them",
+                "{} ran with different {} ({}): its medians mix them",
                 m.name,
+                if m.device.is_some() {
+                    "threads per block"
+                } else {
+                    "thread counts"
+                },
                 m.threads
                     .iter()
                     .map(ToString::to_string)
@@ -315,6 +335,13 @@ pub fn compare(
         rows,
         warnings,
     })
+}
+
+/// The thread count a record's user chose: worker threads per rank on CPUs, threads per block
+/// on a GPU (its grid follows the count, so the threads launched differ between configs and
+/// sweep steps by design).
+pub fn chosen_threads(r: &ReplayRecord) -> usize {
+    r.gpu.as_ref().map_or(r.threads, |g| g.block as usize)
 }
 
 fn cell(v: Option<f64>, digits: usize) -> String {
@@ -334,7 +361,7 @@ impl Comparison {
         ));
         for (i, m) in self.machines.iter().enumerate() {
             s.push_str(&format!(
-                "  [{i}] {} ({}{}), STREAM copy {} MB/s, {} record(s), threads {}\n",
+                "  [{i}] {} ({}{}), STREAM copy {} MB/s, {} record(s), {} {}\n",
                 m.name,
                 m.cpu_model,
                 m.device
@@ -343,6 +370,11 @@ impl Comparison {
                     .unwrap_or_default(),
                 cell(m.stream_copy_mbs, 1),
                 m.records,
+                if m.device.is_some() {
+                    "threads per block"
+                } else {
+                    "threads"
+                },
                 m.threads
                     .iter()
                     .map(ToString::to_string)

@@ -139,3 +139,78 @@ fn mpi_and_sweep_records_are_not_machines() {
     ));
     let _ = temp_dir("unused");
 }
+
+/// A GPU beside a CPU, as `replay --cuda` on an H100 and `replay` on its host left them: the
+/// GPU launches a grid that follows each config's count, so its threads launched differ by
+/// design; its user chose threads per block, which are the same. Neither is flagged, and a
+/// CPU and a GPU are not "threads differ" either.
+#[test]
+fn a_gpu_compares_by_threads_per_block() {
+    use mgbench_replay::gpu::{DeviceInfo, GpuRun};
+    let i = three();
+    let cpu: Vec<ReplayRecord> = i
+        .records
+        .iter()
+        .filter(|r| r.host.hostname == "vm")
+        .cloned()
+        .collect();
+    let gpu_of = |block: u32| -> Vec<ReplayRecord> {
+        cpu.iter()
+            .enumerate()
+            .map(|(k, r)| {
+                let mut g = r.clone();
+                g.backend = "cuda".into();
+                g.threads = 1_081_344 >> (k % 3);
+                g.device = Some(DeviceInfo {
+                    ordinal: 0,
+                    name: "NVIDIA H100 80GB HBM3".into(),
+                    memory_bytes: 85_017_493_504,
+                    sm_count: 132,
+                    compute_capability: "9.0".into(),
+                    driver_version: "13.0".into(),
+                });
+                g.gpu = Some(GpuRun {
+                    function: "gather".into(),
+                    block,
+                    grid: (g.threads / block as usize) as u32,
+                    sweep: None,
+                });
+                g
+            })
+            .collect()
+    };
+    let mut recs = cpu.clone();
+    recs.extend(gpu_of(256));
+    let c = compare(&recs, &i.streams, &i.gpu_streams, None).unwrap();
+    assert_eq!(c.machines.len(), 2);
+    let gpu = c.machines.iter().find(|m| m.device.is_some()).unwrap();
+    assert_eq!(gpu.threads, [256]);
+    assert!(
+        !c.warnings.iter().any(|w| w.contains("different")),
+        "{:?}",
+        c.warnings
+    );
+    assert!(
+        c.rows
+            .iter()
+            .all(|r| !r.flags.iter().any(|f| f.contains("threads"))),
+        "{:?}",
+        c.rows.iter().map(|r| &r.flags).collect::<Vec<_>>()
+    );
+    assert!(c.table().contains("threads per block 256"), "{}", c.table());
+    // Two block sizes on one GPU are mixed in its medians, and said so.
+    let mut mixed = recs.clone();
+    let other = gpu_of(128);
+    mixed.truncate(cpu.len());
+    let half = other.len() / 2;
+    mixed.extend(gpu_of(256).into_iter().take(half));
+    mixed.extend(other.into_iter().skip(half));
+    let c = compare(&mixed, &i.streams, &i.gpu_streams, None).unwrap();
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("different threads per block (128, 256)")),
+        "{:?}",
+        c.warnings
+    );
+}
