@@ -5,9 +5,10 @@
 //! (`|log2(ratio / predicted)|`, largest first). Used by `mgbench compare` and by the
 //! report's bandwidth-bandwidth figures.
 //!
-//! A machine is a host (`host.hostname`) running on its CPU; GPU records are the host's
-//! device (`host/GPU name`) and MPI records the host with their rank count (`host x4
-//! ranks`), so different setups never mix. Several records of one pattern on one machine
+//! A machine is a host (`host.hostname`, with its CPU model where one hostname stands for
+//! several: [`MachineNames`]) running on its CPU; GPU records are the host's device
+//! (`host/GPU name`) and MPI records the host with their rank count (`host x4 ranks`), so
+//! different setups never mix. Several records of one pattern on one machine
 //! (repeated runs) count by their median. Settings that make numbers incomparable are
 //! flagged per row (pattern sizes, threads) and overall (mgbench versions), never mixed
 //! silently.
@@ -16,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use mgbench_replay::config::KernelKind;
 use mgbench_replay::gpu::GpuStreamRecord;
-use mgbench_replay::record::{ReplayRecord, StreamRecord};
+use mgbench_replay::record::{Host, ReplayRecord, StreamRecord};
 use serde::Serialize;
 
 use crate::ReportError;
@@ -81,16 +82,59 @@ pub fn single_runs(records: &[ReplayRecord]) -> Vec<ReplayRecord> {
         .collect()
 }
 
-/// The machine a record belongs to.
-pub fn machine_of(r: &ReplayRecord) -> String {
-    let mut name = r.host.hostname.clone();
-    if let Some(d) = &r.device {
-        name = format!("{name}/{}", d.name);
+/// Names the machines records ran on: the hostname, with the CPU model added where one
+/// hostname stands for hosts of different CPU models (cloud VMs share names like "localhost"
+/// or "vm"), so two machines never mix under one name; GPU records are the host's device
+/// (`host/GPU name`) and MPI records the host with their rank count (`host x4 ranks`).
+#[derive(Debug, Clone, Default)]
+pub struct MachineNames {
+    /// Hostnames seen with more than one CPU model.
+    shared: BTreeSet<String>,
+}
+
+impl MachineNames {
+    pub fn new(records: &[ReplayRecord]) -> MachineNames {
+        let mut models: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for r in records {
+            models
+                .entry(r.host.hostname.as_str())
+                .or_default()
+                .insert(r.host.cpu_model.as_str());
+        }
+        MachineNames {
+            shared: models
+                .into_iter()
+                .filter(|(_, m)| m.len() > 1)
+                .map(|(h, _)| h.to_string())
+                .collect(),
+        }
     }
-    if r.ranks > 1 {
-        name = format!("{name} x{} ranks", r.ranks);
+
+    /// The host part of a machine's name.
+    pub fn host(&self, h: &Host) -> String {
+        if self.shared.contains(&h.hostname) {
+            format!("{} [{}]", h.hostname, h.cpu_model)
+        } else {
+            h.hostname.clone()
+        }
     }
-    name
+
+    /// The machine a record belongs to.
+    pub fn of(&self, r: &ReplayRecord) -> String {
+        let mut name = self.host(&r.host);
+        if let Some(d) = &r.device {
+            name = format!("{name}/{}", d.name);
+        }
+        if r.ranks > 1 {
+            name = format!("{name} x{} ranks", r.ranks);
+        }
+        name
+    }
+}
+
+/// Whether two records' hosts are one machine: the same hostname and CPU model.
+fn same_host(a: &Host, b: &Host) -> bool {
+    a.hostname == b.hostname && a.cpu_model == b.cpu_model
 }
 
 fn median(v: &mut Vec<f64>) -> Option<f64> {
@@ -118,11 +162,12 @@ pub fn compare(
     // Machines in order of first appearance.
     let mut order: Vec<String> = Vec::new();
     let mut by_machine: BTreeMap<String, Vec<&ReplayRecord>> = BTreeMap::new();
+    let names = MachineNames::new(records);
     for r in records {
         if r.kernel == KernelKind::Apex && r.bandwidth_mbs.is_nan() {
             continue;
         }
-        let m = machine_of(r);
+        let m = names.of(r);
         if !by_machine.contains_key(&m) {
             order.push(m.clone());
         }
@@ -141,18 +186,17 @@ pub fn compare(
             let triad;
             if first.device.is_some() {
                 let dev = first.device.as_ref().map(|d| d.name.clone());
-                let g = gpu_streams
-                    .iter()
-                    .find(|g| Some(&g.device.name) == dev.as_ref());
+                let g = gpu_streams.iter().find(|g| {
+                    Some(&g.device.name) == dev.as_ref() && same_host(&g.host, &first.host)
+                });
                 if copy.is_none() {
                     copy = g.map(|g| g.copy_mbs);
                 }
                 triad = g.map(|g| g.triad_mbs);
             } else {
-                let host = &first.host.hostname;
                 let mut own: Vec<&StreamRecord> = streams
                     .iter()
-                    .filter(|s| &s.host.hostname == host && s.ranks == first.ranks.max(1))
+                    .filter(|s| same_host(&s.host, &first.host) && s.ranks == first.ranks.max(1))
                     .collect();
                 own.sort_by(|a, b| a.time.cmp(&b.time));
                 if copy.is_none() {

@@ -9,7 +9,7 @@ use mgbench_replay::config::KernelKind;
 use mgbench_replay::record::ReplayRecord;
 
 use super::{gbs, num, opt, Figure, Ids, Section, Table};
-use crate::compare::{machine_of, Comparison};
+use crate::compare::{Comparison, MachineNames};
 use crate::svg::{color, Axis, Dash, Plot, Scale};
 
 /// Most patterns drawn in one per-machine figure (the table keeps all).
@@ -68,8 +68,9 @@ fn median_sorted(v: &[f64]) -> Option<f64> {
 pub fn sections(records: &[ReplayRecord], cmp: Option<&Comparison>, ids: &mut Ids) -> Vec<Section> {
     let mut machines: Vec<String> = Vec::new();
     let mut by: BTreeMap<String, Vec<&ReplayRecord>> = BTreeMap::new();
+    let names = MachineNames::new(records);
     for r in records {
-        let m = machine_of(r);
+        let m = names.of(r);
         if !by.contains_key(&m) {
             machines.push(m.clone());
         }

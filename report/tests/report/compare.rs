@@ -214,3 +214,50 @@ fn a_gpu_compares_by_threads_per_block() {
         c.warnings
     );
 }
+
+/// Two hosts that share a hostname (cloud VMs named "vm" or "localhost") but not a CPU model
+/// are two machines, each with its own STREAM; a hostname with one CPU model keeps its plain
+/// name.
+#[test]
+fn hosts_sharing_a_hostname_stay_apart() {
+    let i = three();
+    let mut recs: Vec<ReplayRecord> = i.records.clone();
+    let mut streams = i.streams.clone();
+    // hbm-node becomes a second "vm" with its own CPU model.
+    for r in recs.iter_mut().filter(|r| r.host.hostname == "hbm-node") {
+        r.host.hostname = "vm".into();
+        r.host.cpu_model = "Other CPU".into();
+    }
+    for s in streams.iter_mut().filter(|s| s.host.hostname == "hbm-node") {
+        s.host.hostname = "vm".into();
+        s.host.cpu_model = "Other CPU".into();
+    }
+    let plain = compare(&i.records, &i.streams, &i.gpu_streams, None).unwrap();
+    let c = compare(&recs, &streams, &i.gpu_streams, None).unwrap();
+    let names: Vec<&str> = c.machines.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    let vm = &c.machines[0];
+    let other = &c.machines[1];
+    assert!(
+        vm.name.starts_with("vm [") && vm.name != other.name,
+        "{names:?}"
+    );
+    assert_eq!(other.name, "vm [Other CPU]");
+    assert_eq!(c.machines[2].name, "ddr-node");
+    // Each keeps the records and STREAM of its own host.
+    for (k, m) in c.machines.iter().enumerate() {
+        assert_eq!(m.records, plain.machines[k].records, "{}", m.name);
+        assert_eq!(
+            m.stream_copy_mbs, plain.machines[k].stream_copy_mbs,
+            "{}",
+            m.name
+        );
+    }
+    assert!(
+        !c.warnings
+            .iter()
+            .any(|w| w.contains("different thread counts")),
+        "{:?}",
+        c.warnings
+    );
+}
