@@ -122,12 +122,30 @@ fn bandwidth_bandwidth(cmp: &Comparison, ids: &mut Ids) -> Option<Figure> {
             Some(&label),
         );
     }
-    // Machine names on the STREAM diagonal.
+    // Machine names on the STREAM diagonal; where one would run into the next machine's
+    // (names like "vm [Intel(R) Xeon(R) Processor]/NVIDIA H100 80GB HBM3"), its number in
+    // the comparison stands there and a note gives the names.
     let angle = p.angle((lo, lo), (hi, hi));
+    let mut numbered = Vec::new();
     for &i in &with_stream {
         let m = &cmp.machines[i];
         if let Some(s) = m.stream_copy_mbs {
-            p.text(s * 1.05, s * 0.93, &m.name, "#444", angle);
+            let room = with_stream
+                .iter()
+                .filter_map(|&j| cmp.machines[j].stream_copy_mbs)
+                .filter(|&t| t > s)
+                .fold(hi, f64::min);
+            // About 7 px per character along the diagonal of a 500 px frame spanning
+            // log10(hi / lo) decades.
+            let decades_per_char = 7.0 * 1.414 / 500.0 * (hi / lo).log10() / 1.414;
+            let fits = (room / s).log10() > decades_per_char * m.name.chars().count() as f64;
+            let label = if fits {
+                m.name.clone()
+            } else {
+                numbered.push(format!("[{i}] {}", m.name));
+                format!("[{i}]")
+            };
+            p.text(s * 1.05, s * 0.93, &label, "#444", angle);
         }
     }
     let mut order = with_stream.clone();
@@ -197,6 +215,9 @@ fn bandwidth_bandwidth(cmp: &Comparison, ids: &mut Ids) -> Option<Figure> {
         }
     }
     let mut notes = Vec::new();
+    if !numbered.is_empty() {
+        notes.push(format!("Machines by number: {}", numbered.join("; ")));
+    }
     if cmp.rows.len() > LEGEND_MAX {
         notes.push(format!(
             "{} patterns: hover a line or point for its name",

@@ -260,4 +260,26 @@ fn hosts_sharing_a_hostname_stay_apart() {
         "{:?}",
         c.warnings
     );
+    // On the bandwidth-bandwidth plot, the first vm's longer name would run into ddr-node's
+    // (STREAM 33 and 49 GB/s): its number stands there and a note names it; the fastest
+    // machine has room up to the frame's edge.
+    let s = mgbench_report::figures::machines::section(
+        &c,
+        &mut mgbench_report::figures::Ids::default(),
+    )
+    .unwrap();
+    let bb = s
+        .figures
+        .iter()
+        .find(|f| f.id == "bandwidth-bandwidth")
+        .unwrap();
+    assert!(bb.svg.text.contains(">[0]<"), "{}", bb.svg.text);
+    assert!(bb.svg.text.contains(">vm [Other CPU]<"), "{}", bb.svg.text);
+    assert!(
+        bb.notes
+            .iter()
+            .any(|n| n == &format!("Machines by number: [0] {}", c.machines[0].name)),
+        "{:?}",
+        bb.notes
+    );
 }
