@@ -300,8 +300,8 @@ struct JobBuffers {
 /// 0.0).
 const SPARSE_FILL: f64 = 1.0;
 
-/// Contents for a job's buffers, copied to the device instead of replay's constants; the hardware tests use them to check results. A
-/// buffer the kernel does not take is empty.
+/// Contents for a job's buffers, copied to the device instead of replay's constants; the
+/// hardware tests use them to check results. A buffer the kernel does not take is empty.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Contents {
     pub sparse: Vec<f64>,

@@ -135,9 +135,9 @@ fn bandwidth_bandwidth(cmp: &Comparison, ids: &mut Ids) -> Option<Figure> {
                 .filter_map(|&j| cmp.machines[j].stream_copy_mbs)
                 .filter(|&t| t > s)
                 .fold(hi, f64::min);
-            // About 7 px per character along the diagonal of a 500 px frame spanning
-            // log10(hi / lo) decades.
-            let decades_per_char = 7.0 * 1.414 / 500.0 * (hi / lo).log10() / 1.414;
+            // About 7 px per character along the diagonal, 7 / sqrt(2) px along x, in a
+            // frame 512 px wide spanning log10(hi / lo) decades.
+            let decades_per_char = 7.0 / std::f64::consts::SQRT_2 / 512.0 * (hi / lo).log10();
             let fits = (room / s).log10() > decades_per_char * m.name.chars().count() as f64;
             let label = if fits {
                 m.name.clone()
