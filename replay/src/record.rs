@@ -26,11 +26,20 @@ pub struct Host {
     pub os: String,
 }
 
+/// The environment variable that names the machine in results instead of its hostname, for
+/// machines that share one (cloud VMs named `vm` or `localhost`, identical nodes).
+pub const MACHINE_ENV: &str = "MGBENCH_MACHINE";
+
 impl Host {
-    /// Reads this machine's facts.
+    /// Reads this machine's facts. `hostname` is `$MGBENCH_MACHINE` where that is set and not
+    /// blank, so that results from machines that share a hostname stay apart in `compare`.
     pub fn detect() -> Host {
+        let named = std::env::var(MACHINE_ENV)
+            .ok()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty());
         Host {
-            hostname: sys::hostname(),
+            hostname: named.unwrap_or_else(sys::hostname),
             cpu_model: sys::cpu_model(),
             cores: sys::allowed_cpus().len(),
             llc_bytes: sys::last_level_cache_bytes(),

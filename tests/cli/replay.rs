@@ -163,6 +163,34 @@ fn stream_json_has_the_documented_keys() {
     assert_eq!(v["validated"], true);
 }
 
+/// `MGBENCH_MACHINE` names the machine in results instead of its hostname (machines that
+/// share one stay apart in `compare`); blank, the hostname stays.
+#[test]
+fn mgbench_machine_names_the_host_in_results() {
+    let dir = temp_dir("machine-name");
+    let run = |name: &str| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgbench"))
+            .args([
+                "stream",
+                "--size",
+                "100000",
+                "--format",
+                "json",
+                "--no-save",
+            ])
+            .env("MGBENCH_MACHINE", name)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["host"]["hostname"].as_str().unwrap().to_string()
+    };
+    assert_eq!(run("lab-node-a"), "lab-node-a");
+    let plain = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(run("  "), plain.trim());
+}
+
 #[test]
 fn bad_pattern_file_fails_cleanly_and_runs_nothing() {
     let dir = temp_dir("bad");
