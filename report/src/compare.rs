@@ -298,10 +298,7 @@ pub fn compare(
                 let vals: BTreeSet<String> = present
                     .iter()
                     .filter(|r| r.backend == backend)
-                    .map(|r| match &r.gpu {
-                        Some(g) => format!("{} threads per block", g.block),
-                        None => format!("{} threads", r.threads),
-                    })
+                    .map(|r| format!("{} {}", chosen_threads(r), threads_unit(r.gpu.is_some())))
                     .collect();
                 if vals.len() > 1 {
                     let v = vals.into_iter().collect::<Vec<_>>().join(" vs ");
@@ -388,6 +385,15 @@ pub fn chosen_threads(r: &ReplayRecord) -> usize {
     r.gpu.as_ref().map_or(r.threads, |g| g.block as usize)
 }
 
+/// What a thread count counts: worker threads on CPUs, threads per block on a GPU.
+fn threads_unit(gpu: bool) -> &'static str {
+    if gpu {
+        "threads per block"
+    } else {
+        "threads"
+    }
+}
+
 fn cell(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
@@ -414,11 +420,7 @@ impl Comparison {
                     .unwrap_or_default(),
                 cell(m.stream_copy_mbs, 1),
                 m.records,
-                if m.device.is_some() {
-                    "threads per block"
-                } else {
-                    "threads"
-                },
+                threads_unit(m.device.is_some()),
                 m.threads
                     .iter()
                     .map(ToString::to_string)
