@@ -716,9 +716,9 @@ impl LateFind {
 }
 
 /// Searches the files `maps` shows newly mapped at their offset 0 (not in `searched`, which
-/// they join, nor starting at one of `excluded_starts`) for the names in `late`, as the program's own
-/// names are found (symbols, debug file, DWARF); the names found leave `late`. Only ELF files
-/// are read: a program maps data files at offset 0 too.
+/// they join, nor starting at one of `excluded_starts`) for the names in `late`, as the
+/// program's own names are found (symbols, debug file, DWARF); the names found leave `late`.
+/// Only ELF files are read: a program maps data files at offset 0 too.
 pub fn find_in_new_libraries(
     maps: &[Mapping],
     searched: &mut Vec<String>,

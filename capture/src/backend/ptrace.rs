@@ -456,13 +456,16 @@ impl Tracer {
             &[],
             &mut self.roi_link.late,
         );
+        if found.is_empty() {
+            return;
+        }
         for f in found {
             self.roi_found.push(f.note());
             self.roi_link
                 .add_in_library(f.path, f.load_base, &f.name, &f.code);
-            self.roi_link.tidy();
-            self.roi_ranges = None;
         }
+        self.roi_link.tidy();
+        self.roi_ranges = None;
     }
 
     fn roi_ranges(&mut self) -> &RoiPlan {
