@@ -965,6 +965,90 @@ fn roi_finds_a_function_in_a_library_opened_with_dlopen() {
     );
 }
 
+/// `--roi` of a function in a library one thread opens with `dlopen` while another waits,
+/// then calls: with ptrace the waiting thread ran natively with breakpoints set before the
+/// library existed, so its calls went unrecorded (the trace was empty). Every thread waiting
+/// for the ROI now gets the new function's breakpoint; QEMU and ptrace, inclusive and
+/// exclusive, hold exactly the gather's loads.
+#[test]
+fn roi_opened_by_one_thread_is_recorded_in_another() {
+    if !need_qemu("ROI in a library another thread opened") {
+        return;
+    }
+    let dir = temp_dir("roi-dlopen-thread");
+    build_gather_library(&dir);
+    std::fs::write(
+        dir.join("m.c"),
+        r#"#include <dlfcn.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+typedef long (*gather_fn)(const long *, const int *, int);
+static gather_fn g;
+static sem_t opened;
+static long *t; static int *idx; static int n;
+static long sum;
+static void *worker(void *arg) {
+  (void)arg;
+  sem_wait(&opened);
+  for (int r = 0; r < 3; r++) sum += g(t, idx, n);
+  return 0;
+}
+int main(int argc, char **argv) {
+  (void)argv;
+  n = 1000 + argc;
+  t = malloc(8 * n); idx = malloc(4 * n);
+  for (int i = 0; i < n; i++) { t[i] = i; idx[i] = (int)(((long)i * i * 31 + i * 7) % n); }
+  sem_init(&opened, 0, 0);
+  pthread_t w;
+  pthread_create(&w, 0, worker, 0);
+  usleep(100000); /* the worker waits natively before the library exists */
+  void *h = dlopen("./libk.so", RTLD_NOW);
+  if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+  g = (gather_fn)dlsym(h, "lib_gather");
+  sem_post(&opened);
+  pthread_join(w, 0);
+  printf("%ld\n", sum);
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let o = Command::new("gcc")
+        .args(["-O2", "-g", "-pthread", "-o", "m", "m.c"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (backend, exclusive) in [("ptrace", false), ("ptrace", true), ("qemu", false)] {
+        let mut args = vec![
+            "capture",
+            "-q",
+            "--full",
+            "--backend",
+            backend,
+            "--roi",
+            "lib_gather",
+            "-o",
+            "l.mgbt",
+        ];
+        if exclusive {
+            args.push("--roi-exclusive");
+        }
+        args.push("./m");
+        let o = mgbench(&args, &dir);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1447446");
+        assert_only_lib_gather(
+            &dir.join("l.mgbt"),
+            exclusive,
+            &format!("{backend} exclusive {exclusive}"),
+        );
+    }
+}
+
 #[test]
 fn roi_keeps_only_the_named_function() {
     if !need_qemu("ROI capture") {

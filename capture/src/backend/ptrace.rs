@@ -144,6 +144,9 @@ struct ThreadState {
     /// Waiting natively for an inclusive ROI's entry, on hardware breakpoints there (see
     /// [`Tracer::wait_for_roi`]).
     awaits_roi: bool,
+    /// Interrupted because another thread found a ROI function in a library opened with
+    /// dlopen: its breakpoints are set again at its next stop (see [`Tracer::retarget`]).
+    retarget: bool,
     /// It ran before mgbench attached (`--pid`): its stack pointer is not where it started.
     attached: bool,
     /// The instruction just stepped was a call in an inlined copy of a ROI function: the
@@ -286,6 +289,7 @@ impl Tracer {
                 drains: 0,
                 stack_named: false,
                 awaits_roi: false,
+                retarget: false,
                 attached: false,
                 inlined_call: false,
                 container_return: None,
@@ -434,7 +438,7 @@ impl Tracer {
             self.errors.push(format!("cannot write mappings: {e}"));
         }
         self.roi_maps_changed();
-        self.roi_search_late(&maps);
+        self.roi_search_late(&maps, pid);
     }
 
     /// New mappings: a library the ROI is in may be mapped now.
@@ -445,8 +449,9 @@ impl Tracer {
     }
 
     /// New mappings: a library the program opened with dlopen may hold a name not found
-    /// yet.
-    fn roi_search_late(&mut self, maps: &[Mapping]) {
+    /// yet. Threads other than `stopped` that wait natively for the ROI do so on breakpoints
+    /// set before the library existed: they are interrupted to wait on the new ones too.
+    fn roi_search_late(&mut self, maps: &[Mapping], stopped: Pid) {
         if self.roi_link.late.is_empty() {
             return;
         }
@@ -466,6 +471,49 @@ impl Tracer {
         }
         self.roi_link.tidy();
         self.roi_ranges = None;
+        for (tid, t) in &mut self.threads {
+            if *tid != stopped && t.awaits_roi && !t.retarget {
+                t.retarget = true;
+                let _ = ptrace::interrupt(*tid);
+            }
+        }
+    }
+
+    /// The stop of a thread interrupted by [`Tracer::roi_search_late`]. A thread waiting for
+    /// the ROI is handled as at a breakpoint (stepped once with the breakpoints off, then
+    /// waits on the current ones). The interrupt may instead have caught a thread just
+    /// stepping: the instruction at its stop was recorded when that step was asked, so it is
+    /// stepped again and nothing is recorded (the step either has not run or its trap is
+    /// still queued: resumed, the thread reports that trap before running anything). A trap
+    /// already queued behind this stop (a breakpoint the thread reached as the interrupt
+    /// came) is likewise left to its own stop, which would otherwise record the entry twice.
+    fn retarget(&mut self, tid: Pid) -> Result<(), CaptureError> {
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return Ok(());
+        };
+        t.retarget = false;
+        let (native, awaits, due) = (t.native, t.awaits_roi, t.due);
+        if ptrace_sys::sigtrap_queued(tid) {
+            let _ = if native {
+                ptrace::cont(tid, None)
+            } else {
+                ptrace::step(tid, None)
+            };
+            return Ok(());
+        }
+        match (awaits, native, due) {
+            (true, _, _) => self.step(tid),
+            // A window's pause: the interrupt that ends it came first if it is due no more.
+            (false, true, None) => self.begin_window(tid),
+            (false, true, Some(_)) => {
+                let _ = ptrace::cont(tid, None);
+                Ok(())
+            }
+            (false, false, _) => {
+                let _ = ptrace::step(tid, None);
+                Ok(())
+            }
+        }
     }
 
     fn roi_ranges(&mut self) -> &RoiPlan {
@@ -529,7 +577,7 @@ impl Tracer {
             self.roi_maps_changed();
             if self.roi_hook == Some(ip) {
                 // The loader's hook: a dlopen has mapped a library.
-                self.roi_search_late(&read_maps(self.leader));
+                self.roi_search_late(&read_maps(self.leader), tid);
             }
         }
         let inside = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, e)| ip >= s && ip < e);
@@ -1083,7 +1131,9 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                     if tr.threads.get(&tid).is_some_and(|t| !t.stack_named) {
                         tr.name_thread_stack(tid);
                     }
-                    let stepped = if tr.threads.get(&tid).is_some_and(|t| t.native) {
+                    let stepped = if tr.threads.get(&tid).is_some_and(|t| t.retarget) {
+                        tr.retarget(tid)
+                    } else if tr.threads.get(&tid).is_some_and(|t| t.native) {
                         tr.begin_window(tid)
                     } else {
                         tr.step(tid)
