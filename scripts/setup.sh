@@ -20,6 +20,7 @@ need mpirun openmpi-bin        # replay --mpi: the MPI runtime
 need mpicc libopenmpi-dev      # the mpi crate (feature "mpi") links OpenMPI...
 compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null || packages+=(libclang-dev)  # ...and bindgen needs libclang
 need clang clang               # scripts/check-cuda-kernels.sh: kernels-cuda/*.cu to PTX, no CUDA SDK
+compgen -G "/usr/lib/llvm-*/lib/libomp.so" >/dev/null || packages+=(libomp-dev)  # clang -fopenmp programs in the capture tests
 need node nodejs               # the report's browser check (report/tests/browser)...
 need npm npm                   # ...installs playwright-core from npm
 # The browser the report check drives (Debian's, no download) and the fonts figures use.

@@ -86,6 +86,9 @@ pub struct FunctionCode {
     /// Copies the compiler inlined into callers (from DWARF's inlined subroutines; nested
     /// inlining included), entered without a call.
     pub inlined: Vec<InlinedCopy>,
+    /// The OpenMP regions clang outlined from it (see [`is_clang_outlined`]), by name: their
+    /// code is in `entries`.
+    pub outlined: Vec<String>,
 }
 
 /// A copy of a function inlined into another function's code.
@@ -100,6 +103,52 @@ pub struct InlinedCopy {
 impl FunctionCode {
     fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.parts.is_empty() && self.inlined.is_empty()
+    }
+}
+
+/// Clang's outlined OpenMP regions: the body of a parallel region (`.omp_outlined.`,
+/// `.omp_outlined..12`, with `-g` also `.omp_outlined._debug__`) or of a task
+/// (`.omp_task_entry.`). Unlike GCC's `spmv._omp_fn.0` (see [`clone_base`]) their names do
+/// not say which function they came from: the function hands their address to the OpenMP
+/// runtime (`__kmpc_fork_call`), whose threads call them.
+pub fn is_clang_outlined(raw: &str) -> bool {
+    raw.starts_with(".omp_outlined.") || raw.starts_with(".omp_task_entry.")
+}
+
+/// Addresses that x86-64 code at link address `start` refers to, by a byte scan: the
+/// targets of RIP-relative `lea r64` (how position-independent code takes a function's
+/// address), of `call rel32`, and 32-bit immediates (`mov r32, imm32`, as non-PIE code
+/// takes one). A scan, not a decode: bytes inside other instructions can look like these,
+/// so a target is only a candidate, to be matched against known function starts.
+fn code_references(code: &[u8], start: u64, out: &mut Vec<u64>) {
+    let at = |i: usize| start.wrapping_add(i as u64);
+    let rel32 = |i: usize| {
+        code.get(i..i + 4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    for i in 0..code.len() {
+        match code[i] {
+            // REX.W (with or without REX.R) lea r64, [rip + disp32]: ModRM mod 00, r/m 101.
+            0x48 | 0x4c
+                if code.get(i + 1) == Some(&0x8d)
+                    && code.get(i + 2).is_some_and(|m| m & 0xc7 == 0x05) =>
+            {
+                if let Some(d) = rel32(i + 3) {
+                    out.push(at(i + 7).wrapping_add(d as i64 as u64));
+                }
+            }
+            0xe8 => {
+                if let Some(d) = rel32(i + 1) {
+                    out.push(at(i + 5).wrapping_add(d as i64 as u64));
+                }
+            }
+            0xb8..=0xbf => {
+                if let Some(v) = rel32(i + 1) {
+                    out.push(u64::from(v as u32));
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -340,7 +389,65 @@ impl ElfImage {
         if code.is_empty() {
             return Err(self.unknown(name));
         }
+        self.add_outlined_regions(&mut code);
         Ok(code)
+    }
+
+    /// Adds to `code` the OpenMP regions clang outlined from it, found where its code (and
+    /// theirs: regions nest, and a region calls its `_debug__` body) refers to their starts.
+    /// Every thread of the team runs them, the workers outside the function's own call: a
+    /// `--roi` of the function held the calling thread's share alone.
+    fn add_outlined_regions(&self, code: &mut FunctionCode) {
+        let regions: HashMap<u64, &FunctionSymbol> = self
+            .functions
+            .iter()
+            .filter(|f| is_clang_outlined(&f.raw_name))
+            .map(|f| (f.start, f))
+            .collect();
+        if regions.is_empty() {
+            return;
+        }
+        let Ok(data) = std::fs::read(&self.path) else {
+            return;
+        };
+        let Ok(file) = object::File::parse(&*data) else {
+            return;
+        };
+        let bytes = |(s, e): (u64, u64)| -> Option<&[u8]> {
+            file.sections().find_map(|sec| {
+                let (a, n) = (sec.address(), sec.size());
+                if s < a || e > a + n {
+                    return None;
+                }
+                let d = sec.data().ok()?;
+                d.get((s - a) as usize..(e - a) as usize)
+            })
+        };
+        let mut todo: Vec<(u64, u64)> = code
+            .entries
+            .iter()
+            .chain(&code.parts)
+            .copied()
+            .chain(code.inlined.iter().map(|c| (c.start, c.end)))
+            .collect();
+        let mut refs = Vec::new();
+        while let Some(range) = todo.pop() {
+            refs.clear();
+            if let Some(b) = bytes(range) {
+                code_references(b, range.0, &mut refs);
+            }
+            for r in &refs {
+                let Some(f) = regions.get(r) else { continue };
+                let region = (f.start, f.start + f.size.max(1));
+                if code.entries.contains(&region) {
+                    continue;
+                }
+                code.entries.push(region);
+                code.outlined.push(f.raw_name.clone());
+                todo.push(region);
+            }
+        }
+        code.entries.sort_unstable();
     }
 
     /// The function whose symbol holds link-time address `addr` (the narrowest).
@@ -966,6 +1073,27 @@ pub fn debug_file(path: &Path, file: &object::File) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn code_references_find_lea_call_and_immediate_targets() {
+        let code = [
+            0x48, 0x8d, 0x15, 0x10, 0x00, 0x00, 0x00, // lea rdx, [rip + 0x10]
+            0xe8, 0xf4, 0xff, 0xff, 0xff, // call -12
+            0xbe, 0x10, 0x12, 0x40, 0x00, // mov esi, 0x401210
+            0x4c, 0x8d, 0x05, 0x00, 0x01, 0x00, 0x00, // lea r8, [rip + 0x100]
+        ];
+        let mut refs = Vec::new();
+        code_references(&code, 0x1000, &mut refs);
+        for want in [0x1017, 0x1000, 0x401210, 0x1018 + 0x100] {
+            assert!(refs.contains(&want), "{want:#x} in {refs:x?}");
+        }
+        assert!(is_clang_outlined(".omp_outlined."));
+        assert!(is_clang_outlined(".omp_outlined..12"));
+        assert!(is_clang_outlined(".omp_outlined._debug__"));
+        assert!(is_clang_outlined(".omp_task_entry."));
+        assert!(!is_clang_outlined("compute._omp_fn.0"));
+        assert!(!is_clang_outlined("omp_outlined"));
+    }
 
     #[test]
     fn only_elf_files_are_searched_for_late_roi_names() {

@@ -282,6 +282,19 @@ impl RoiPlan {
         if !code.inlined.is_empty() {
             self.notes.push(inlined_note(name, code));
         }
+        if !code.outlined.is_empty() {
+            let n = code.outlined.len();
+            let shown: Vec<&str> = code.outlined.iter().take(4).map(String::as_str).collect();
+            let more = if n > 4 {
+                format!(" and {} more", n - 4)
+            } else {
+                String::new()
+            };
+            self.notes.push(format!(
+                "--roi {name}: with the OpenMP region(s) clang outlined from it ({}{more}), which every thread of the team runs",
+                shown.join(", ")
+            ));
+        }
     }
 
     /// Sorts and dedups the ranges, the libraries' too.
