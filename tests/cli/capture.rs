@@ -1181,6 +1181,16 @@ fn roi_keeps_only_the_named_function() {
     let ex = ips("ex.mgbt");
     assert!(!ex.is_empty());
     assert!(ex.iter().all(|&ip| ip >= worker.0 && ip < worker.1));
+    // ptrace runs worker's calls (spmv_rows, the C library's) natively, on breakpoints at
+    // their returns, and records worker's own accesses exactly as QEMU does.
+    run(
+        &["--backend", "ptrace", "--roi", "worker", "--roi-exclusive"],
+        "pex.mgbt",
+    );
+    let (mut q, mut p) = (ex.clone(), ips("pex.mgbt"));
+    q.sort_unstable();
+    p.sort_unstable();
+    assert_eq!(p, q);
     // Inclusive: the callee spmv_rows counts, nothing outside the two functions does.
     run(&["--roi", "worker"], "in.mgbt");
     let inc = ips("in.mgbt");

@@ -156,6 +156,9 @@ struct ThreadState {
     /// lies: the thread steps until the `ret` that loads it, rather than waiting on
     /// breakpoints, since an inlined copy may run anywhere in it.
     container_return: Option<u64>,
+    /// Calls run natively instead of stepped, innermost last: where each returns to and the
+    /// stack pointer there (see [`Tracer::run_over`]).
+    over: Vec<(u64, u64)>,
 }
 
 /// System calls that would let the program see mgbench's pin (see [`Pin`]), made while it
@@ -293,6 +296,7 @@ impl Tracer {
                 attached: false,
                 inlined_call: false,
                 container_return: None,
+                over: Vec::new(),
             },
         );
         self.pin(tid);
@@ -580,6 +584,12 @@ impl Tracer {
                 self.roi_search_late(&read_maps(self.leader), tid);
             }
         }
+        if let Some(t) = self.threads.get_mut(&tid) {
+            if t.over.last() == Some(&(ip, regs.rsp)) {
+                // Back from a call run natively.
+                t.over.pop();
+            }
+        }
         let inside = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, e)| ip >= s && ip < e);
         let entry = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, _)| s == ip);
         let inclusive = self.roi == Roi::Inclusive;
@@ -624,9 +634,14 @@ impl Tracer {
             Roi::Inclusive => t.roi_return.is_some() || in_inlined,
         };
         // The ROI's code runs only while one of its functions or a function holding an
-        // inlined copy is open: outside them a thread runs natively until an entry.
+        // inlined copy is open: outside them a thread runs natively until an entry, and so
+        // does the rest of a call run natively, until it returns.
         let open = t.roi_return.is_some() || t.container_return.is_some();
-        if self.roi != Roi::None && !recording && !open && self.wait_for_roi(tid) {
+        if !open {
+            t.over.clear();
+        }
+        let returning = !t.over.is_empty();
+        if self.roi != Roi::None && !recording && (!open || returning) && self.wait_for_roi(tid) {
             return Ok(());
         }
         let Some(t) = self.threads.get_mut(&tid) else {
@@ -670,11 +685,47 @@ impl Tracer {
             self.go_native(tid, took);
         } else {
             if let Some(d) = &decoded {
+                if self.roi != Roi::None && is_call(d) && self.run_over(tid, &regs, d, recording) {
+                    return Ok(());
+                }
                 self.before_pinned_call(tid, &regs, d);
             }
             let _ = ptrace::step(tid, None);
         }
         Ok(())
+    }
+
+    /// At a call while the ROI is open: runs the call natively, on breakpoints at its
+    /// return and the ROI's entries, where stepping would record none of the callee (an
+    /// exclusive ROI records the functions' own code alone, an inclusive one records nothing
+    /// while only a function holding inlined copies is open, outside them); an entry reached
+    /// inside stops the thread as anywhere else. Stepping a ROI's calls into the C library,
+    /// an MPI or OpenMP runtime took minutes for what runs in milliseconds. False where the
+    /// call is stepped (it is recorded, or the breakpoints cannot be set).
+    fn run_over(
+        &mut self,
+        tid: Pid,
+        regs: &libc::user_regs_struct,
+        d: &Decoded,
+        recording: bool,
+    ) -> bool {
+        let next = d.instruction.next_ip();
+        let to_next = d.instruction.is_call_near() && d.instruction.near_branch_target() == next;
+        if (self.roi == Roi::Inclusive && recording) || to_next {
+            return false;
+        }
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return false;
+        };
+        // After the `ret`, the stack pointer is where it is at the call.
+        t.over.push((next, regs.rsp));
+        if self.wait_for_roi(tid) {
+            return true;
+        }
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.over.pop();
+        }
+        false
     }
 
     /// Outside the ROI's functions, a thread runs natively until it reaches an entry:
@@ -707,12 +758,18 @@ impl Tracer {
             // Names not found yet: the loader's hook stops the thread after each dlopen.
             entries.push(hook);
         }
+        // A call run natively: its return.
+        let returning = self.threads.get(&tid).and_then(|t| t.over.last().copied());
+        entries.extend(returning.map(|(ip, _)| ip));
         entries.sort_unstable();
         entries.dedup();
         if entries.is_empty() || entries.len() > 4 {
             return false;
         }
-        if (has_containers || exclusive) && self.threads.get(&tid).is_some_and(|t| t.attached) {
+        if returning.is_none()
+            && (has_containers || exclusive)
+            && self.threads.get(&tid).is_some_and(|t| t.attached)
+        {
             return false;
         }
         if !ptrace_sys::set_exec_breakpoints(tid, &entries) {
