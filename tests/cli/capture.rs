@@ -793,6 +793,26 @@ int main(int argc, char **argv) {{
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// `mgbench capture --full --roi lib_gather` of `./m` in `dir` into `l.mgbt`.
+fn capture_lib_gather(dir: &Path, backend: &str, exclusive: bool) -> Output {
+    let mut args = vec![
+        "capture",
+        "-q",
+        "--full",
+        "--backend",
+        backend,
+        "--roi",
+        "lib_gather",
+        "-o",
+        "l.mgbt",
+    ];
+    if exclusive {
+        args.push("--roi-exclusive");
+    }
+    args.push("./m");
+    mgbench(&args, dir)
+}
+
 /// The trace holds `lib_gather` alone: its line 3 exactly the 3 calls x 2 x 1001 loads of
 /// the test programs (an exclusive ROI also its 3 `ret`s; an inclusive one closes at them).
 fn assert_only_lib_gather(trace: &Path, exclusive: bool, what: &str) {
@@ -904,22 +924,7 @@ fn roi_finds_a_function_in_a_library_opened_with_dlopen() {
         ("ptrace", false),
         ("ptrace", true),
     ] {
-        let mut args = vec![
-            "capture",
-            "-q",
-            "--full",
-            "--backend",
-            backend,
-            "--roi",
-            "lib_gather",
-            "-o",
-            "l.mgbt",
-        ];
-        if exclusive {
-            args.push("--roi-exclusive");
-        }
-        args.push("./m");
-        let o = mgbench(&args, &dir);
+        let o = capture_lib_gather(&dir, backend, exclusive);
         assert!(o.status.success(), "{}", stderr(&o));
         let err = stderr(&o);
         assert!(
@@ -1023,22 +1028,7 @@ int main(int argc, char **argv) {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     for (backend, exclusive) in [("ptrace", false), ("ptrace", true), ("qemu", false)] {
-        let mut args = vec![
-            "capture",
-            "-q",
-            "--full",
-            "--backend",
-            backend,
-            "--roi",
-            "lib_gather",
-            "-o",
-            "l.mgbt",
-        ];
-        if exclusive {
-            args.push("--roi-exclusive");
-        }
-        args.push("./m");
-        let o = mgbench(&args, &dir);
+        let o = capture_lib_gather(&dir, backend, exclusive);
         assert!(o.status.success(), "{backend}: {}", stderr(&o));
         assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1447446");
         assert_only_lib_gather(
