@@ -895,6 +895,59 @@ fn roi_finds_a_function_in_a_shared_library() {
     assert!(by.keys().any(|(f, _)| f == "malloc"), "{by:?}");
 }
 
+/// `--roi` of a library function that the library's constructor calls before the program's
+/// entry: ptrace waited for the library at that entry and missed the call (QEMU did not);
+/// it now waits at the loader's `_dl_debug_state`, called once the libraries are mapped and
+/// before their constructors run. Both hold the constructor's 2 x 8 loads and the program's
+/// 3 x 2 x 1001.
+#[test]
+fn roi_in_a_library_holds_its_constructors_calls() {
+    if !need_qemu("ROI in a library constructor") {
+        return;
+    }
+    let dir = temp_dir("roi-lib-ctor");
+    std::fs::write(
+        dir.join("k.c"),
+        "long lib_gather(const long *t, const int *idx, int n) {
+  long s = 0;
+  for (int i = 0; i < n; i++) s += t[idx[i]];
+  return s;
+}
+static long tt[8]; static int ii[8];
+long warmed;
+__attribute__((constructor)) static void warm(void) {
+  for (int i = 0; i < 8; i++) { tt[i] = i; ii[i] = 7 - i; }
+  warmed = lib_gather(tt, ii, 8);
+}
+",
+    )
+    .unwrap();
+    let o = Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-o", "libk.so", "k.c"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    build_gather_caller(
+        &dir,
+        "long lib_gather(const long *t, const int *idx, int n);",
+        "",
+        "lib_gather",
+        &["-L.", "-lk", "-Wl,-rpath,$ORIGIN"],
+    );
+    for backend in ["qemu", "ptrace"] {
+        let o = capture_lib_gather(&dir, backend, false);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let by = by_source(&read_trace(&dir.join("l.mgbt")));
+        let loads: u64 = by
+            .iter()
+            .filter(|((f, l), _)| f == "lib_gather" && *l == 3)
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(loads, 2 * 8 + 3 * 2 * 1001, "{backend}: {by:?}");
+    }
+}
+
 /// `--roi` of a function in a library the program opens with `dlopen` and calls through
 /// `dlsym` (it said "no function named ... is the program stripped?"): QEMU (at the library's
 /// mmap) and ptrace (stopped at the loader's `_dl_debug_state`), inclusive and exclusive,

@@ -750,9 +750,13 @@ impl Tracer {
                 .collect(),
         );
         if r.pending {
-            // A library not mapped yet: the program's entry, where the loader has mapped
-            // them, stops the thread to look again.
-            entries.push(self.roi_entry.wrapping_add(self.roi_bias));
+            // A library not mapped yet: the loader's hook, called once it has mapped the
+            // libraries and before their constructors run, stops the thread to look again
+            // (else the program's entry, after the constructors).
+            entries.push(
+                self.roi_hook
+                    .unwrap_or(self.roi_entry.wrapping_add(self.roi_bias)),
+            );
         }
         if let (false, Some(hook)) = (self.roi_link.late.is_empty(), self.roi_hook) {
             // Names not found yet: the loader's hook stops the thread after each dlopen.
@@ -932,29 +936,30 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         }
     };
     let roi_link = RoiPlan::find(&image, &cfg.roi)?;
-    // Names for the libraries the program opens with dlopen: the dynamic loader calls
-    // `_dl_debug_state` once it has mapped them (the hook debuggers break on).
-    let roi_loader = match (roi_link.late.first(), &image.interp) {
-        (None, _) => None,
-        (Some(name), interp) => {
-            let hook = interp.as_ref().and_then(|path| {
-                let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-                let loader = ElfImage::open(&path).ok()?;
-                let f = loader
-                    .find_function("_dl_debug_state")
-                    .ok()?
-                    .into_iter()
-                    .next()?;
-                Some((path.display().to_string(), loader.load_base, f.start))
-            });
-            if hook.is_none() {
-                return Err(CaptureError::Invalid(format!(
-                    "--roi {name}: not in the program or the libraries it loads at start, and this program's dynamic loader has no _dl_debug_state to stop at when it opens a library: capture with --backend qemu"
-                )));
-            }
-            hook
-        }
+    // The dynamic loader calls `_dl_debug_state` (the hook debuggers break on) once it has
+    // mapped libraries: those it loads at start, before it runs their constructors, and each
+    // one the program opens with dlopen. A ROI in a library waits there for its code.
+    let hook = || {
+        let path = image.interp.as_ref()?;
+        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        let loader = ElfImage::open(&path).ok()?;
+        let f = loader
+            .find_function("_dl_debug_state")
+            .ok()?
+            .into_iter()
+            .next()?;
+        Some((path.display().to_string(), loader.load_base, f.start))
     };
+    let roi_loader = if roi_link.late.is_empty() && roi_link.libs.is_empty() {
+        None
+    } else {
+        hook()
+    };
+    if let (Some(name), None) = (roi_link.late.first(), &roi_loader) {
+        return Err(CaptureError::Invalid(format!(
+            "--roi {name}: not in the program or the libraries it loads at start, and this program's dynamic loader has no _dl_debug_state to stop at when it opens a library: capture with --backend qemu"
+        )));
+    }
     let mut notes = roi_link.notes.clone();
     // The files searched at start: the libraries, the loader and the program.
     let roi_searched: Vec<String> = roi_link
