@@ -830,9 +830,9 @@ fn assert_only_lib_gather(trace: &Path, exclusive: bool, what: &str) {
 /// `--roi` of a function the program imports: found in the shared library the dynamic loader
 /// maps at start (`LOADER --list`, as ldd), and recorded once that library is mapped (it
 /// said "no function named ... is the program stripped?"). QEMU inclusive and exclusive,
-/// ptrace (waiting at the program's entry for the library, then at the function's): the
-/// gather's line holds exactly its 3 x 2 x 1001 loads (and the 3 `ret`s, exclusive); a C
-/// library function works the same.
+/// ptrace (waiting at the loader's `_dl_debug_state` for the library, then at the
+/// function's): the gather's line holds exactly its 3 x 2 x 1001 loads (and the 3 `ret`s,
+/// exclusive); a C library function works the same.
 #[test]
 fn roi_finds_a_function_in_a_shared_library() {
     if !need_qemu("ROI in a shared library") {
@@ -1035,8 +1035,9 @@ fn roi_opened_by_one_thread_is_recorded_in_another() {
     }
     let dir = temp_dir("roi-dlopen-thread");
     build_gather_library(&dir);
-    std::fs::write(
-        dir.join("m.c"),
+    build_c(
+        &dir,
+        "m",
         r#"#include <dlfcn.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -1072,14 +1073,8 @@ int main(int argc, char **argv) {
   return 0;
 }
 "#,
-    )
-    .unwrap();
-    let o = Command::new("gcc")
-        .args(["-O2", "-g", "-pthread", "-o", "m", "m.c"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+        &["-O2", "-g", "-pthread"],
+    );
     for (backend, exclusive) in [("ptrace", false), ("ptrace", true), ("qemu", false)] {
         let o = capture_lib_gather(&dir, backend, exclusive);
         assert!(o.status.success(), "{backend}: {}", stderr(&o));

@@ -572,8 +572,8 @@ impl Tracer {
         if let Some(t) = self.threads.get_mut(&tid).filter(|t| t.awaits_roi) {
             // Stopped at an entry's breakpoint (or by a signal, an interrupt): stepping
             // again, the breakpoints off (a step onto one would stop twice there), on the
-            // tracer's CPU (stepping across CPUs took 3x as long). At the program's entry,
-            // its libraries are mapped.
+            // tracer's CPU (stepping across CPUs took 3x as long). At the loader's hook (or
+            // the program's entry) libraries may have been mapped: the ranges are placed again.
             t.awaits_roi = false;
             t.native = false;
             ptrace_sys::set_exec_breakpoints(tid, &[]);
