@@ -584,12 +584,6 @@ impl Tracer {
                 self.roi_search_late(&read_maps(self.leader), tid);
             }
         }
-        if let Some(t) = self.threads.get_mut(&tid) {
-            if t.over.last() == Some(&(ip, regs.rsp)) {
-                // Back from a call run natively.
-                t.over.pop();
-            }
-        }
         let inside = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, e)| ip >= s && ip < e);
         let entry = |ranges: &[(u64, u64)]| ranges.iter().any(|&(s, _)| s == ip);
         let inclusive = self.roi == Roi::Inclusive;
@@ -607,6 +601,10 @@ impl Tracer {
         let Some(t) = self.threads.get_mut(&tid) else {
             return Ok(());
         };
+        if t.over.last() == Some(&(ip, regs.rsp)) {
+            // Back from a call run natively.
+            t.over.pop();
+        }
         // The entry of a function called from an inlined copy opens the ROI too.
         let starts = at_entry || std::mem::take(&mut t.inlined_call);
         // The ROI opens at a function's entry, where the stack pointer points at the return
