@@ -32,9 +32,8 @@
 //! plugin API, so the plugin writes a decoding table for all of them at start.
 //!
 //! Layout (native endianness, x86-64 little-endian): [`SpillHeader`] in the first 4 KiB,
-//! [`COUNTER_PAGES`] counter pages (each [`COUNTER_LANES`] lanes, [`COUNTER_LANE_STRIDE`] u64s
-//! apart), the
-//! decoding table (one byte per meminfo value below [`DECODE_ENTRIES`]), then up to
+//! [`COUNTER_PAGES`] counter pages (each [`COUNTER_ALL_LANES`] lanes, [`COUNTER_LANE_STRIDE`]
+//! u64s apart), the decoding table (one byte per meminfo value below [`DECODE_ENTRIES`]), then up to
 //! [`MAX_SLOTS`] slots of [`SLOT_BYTES`], each a [`SlotHeader`] (4 KiB), [`SLOT_SAMPLES`]
 //! [`RawSample`]s and [`SLOT_ACCESSES`] [`RawAccess`]es.
 
@@ -47,7 +46,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::trace::{Access, AccessKind, SampleHeader, TraceWriter};
 
-pub const MAGIC: [u8; 8] = *b"MGBSPIL3";
+pub const MAGIC: [u8; 8] = *b"MGBSPIL4";
 /// Accesses per slot: a chunk of the trace.
 pub const SLOT_ACCESSES: usize = 1 << 16;
 /// Sample headers per slot: a slot is handed over when either part is full.
@@ -62,6 +61,12 @@ pub const COUNTER_OFFSET: usize = 4096;
 /// Counters: threads that can count inline at once.
 pub const COUNTER_PAGES: usize = 32;
 pub const COUNTER_LANES: usize = 4;
+/// After the [`COUNTER_LANES`] lanes of whole accesses, lanes that count the 8-byte pieces
+/// QEMU performs a wider vector access as (see the plugin's `pieces`): [`PIECE_LANES`] for the
+/// pieces of 16-byte accesses (2 make an access), then as many for 32-byte ones (4 make one).
+pub const PIECE_LANES: usize = 2;
+/// Every lane of a counter page: whole accesses, then halves, then quarters.
+pub const COUNTER_ALL_LANES: usize = COUNTER_LANES + 2 * PIECE_LANES;
 /// u64s between lanes (64 bytes: one cache line each).
 pub const COUNTER_LANE_STRIDE: usize = 8;
 /// Bytes of the `execve` path kept in the header.
@@ -70,7 +75,7 @@ pub const DECODE_OFFSET: usize = COUNTER_OFFSET + COUNTER_PAGES * 4096;
 // Each counter has a page of its own (the plugin protects it to stop counting), after the
 // header's, and its lanes fit in it.
 const _: () = assert!(COUNTER_OFFSET % 4096 == 0);
-const _: () = assert!(COUNTER_LANES * COUNTER_LANE_STRIDE * 8 <= 4096);
+const _: () = assert!(COUNTER_ALL_LANES * COUNTER_LANE_STRIDE * 8 <= 4096);
 const _: () = assert!(size_of::<SpillHeader>() <= COUNTER_OFFSET);
 pub const SLOTS_OFFSET: usize = DECODE_OFFSET + DECODE_ENTRIES;
 const SLOT_HEADER_BYTES: usize = 4096;
@@ -154,6 +159,24 @@ pub const fn slot_offset(i: usize) -> usize {
 /// Offsets of a slot's sample headers and accesses from its start.
 pub const SLOT_SAMPLES_AT: usize = SAMPLES_OFFSET;
 pub const SLOT_ACCESSES_AT: usize = ACCESSES_OFFSET;
+
+/// Lane `l` of a counter page, which starts at `page` (a byte offset or address).
+pub const fn counter_lane(page: usize, l: usize) -> usize {
+    page + l * COUNTER_LANE_STRIDE * 8
+}
+
+/// The accesses a counter counted, from its [`COUNTER_ALL_LANES`] lanes (`lane(l)` reads lane
+/// `l`): the whole accesses, the complete pairs of halves and the complete fours of quarters
+/// (a vector access whose pieces are not all done yet does not count). It never goes
+/// backwards while the lanes grow.
+pub fn counter_count(lane: impl Fn(usize) -> u64) -> u64 {
+    let sum = |from: usize, n: usize| (from..from + n).fold(0u64, |s, l| s.wrapping_add(lane(l)));
+    let halves = sum(COUNTER_LANES, PIECE_LANES);
+    let quarters = sum(COUNTER_LANES + PIECE_LANES, PIECE_LANES);
+    sum(0, COUNTER_LANES)
+        .wrapping_add(halves / 2)
+        .wrapping_add(quarters / 4)
+}
 
 /// A decoding-table entry: bit 7 set when known, bit 6 for stores, bits 0-2 log2 of the size.
 pub fn encode_info(size_shift: u32, is_store: bool) -> u8 {
@@ -304,12 +327,10 @@ fn tails(spill: &File, head: &[u8], slots: usize) -> io::Result<u64> {
             sum = sum.wrapping_add(u64_at(&h, offset_of!(SlotHeader, tail_skipped)));
         }
     }
-    let mut page = vec![0u8; COUNTER_LANES * COUNTER_LANE_STRIDE * 8];
+    let mut page = vec![0u8; COUNTER_ALL_LANES * COUNTER_LANE_STRIDE * 8];
     for c in 0..COUNTER_PAGES {
         spill.read_exact_at(&mut page, (COUNTER_OFFSET + c * 4096) as u64)?;
-        let count = (0..COUNTER_LANES).fold(0u64, |n, l| {
-            n.wrapping_add(u64_at(&page, l * COUNTER_LANE_STRIDE * 8))
-        });
+        let count = counter_count(|l| u64_at(&page, counter_lane(0, l)));
         let base = u64_at(head, offset_of!(SpillHeader, counter_bases) + c * 8);
         let uncredited = count.wrapping_sub(base);
         // A counter behind its base cannot happen in one process; read as nothing rather
@@ -691,13 +712,18 @@ mod tests {
             offset_of!(SpillHeader, retired_tail),
             &7u64.to_le_bytes(),
         );
-        // The first counter: 100 in its lanes, 60 of them already given to a thread; the
-        // fourth (another thread's): 25, 20 of them given.
-        for (c, lanes, given) in [(0, [10u64, 20, 30, 40], 60u64), (3, [5, 5, 5, 10], 20)] {
+        // The first counter: 100 whole accesses in its lanes, 3 of 16 bytes (7 halves: one
+        // access's second piece not done) and 1 of 32 bytes (6 quarters), 60 already given
+        // to a thread; the fourth (another thread's): 25, 20 of them given.
+        let lanes: [(usize, [u64; COUNTER_ALL_LANES], u64); 2] = [
+            (0, [10, 20, 30, 40, 3, 4, 5, 1], 60),
+            (3, [5, 5, 5, 10, 0, 0, 0, 0], 20),
+        ];
+        for (c, lanes, given) in lanes {
             for (l, v) in lanes.iter().enumerate() {
                 put(
                     &mut img,
-                    COUNTER_OFFSET + c * 4096 + l * COUNTER_LANE_STRIDE * 8,
+                    counter_lane(COUNTER_OFFSET + c * 4096, l),
                     &v.to_le_bytes(),
                 );
             }
@@ -722,7 +748,7 @@ mod tests {
         let spill = dir.join("spill");
         std::fs::write(&spill, img).unwrap();
         let d = drain(&std::fs::File::open(&spill).unwrap(), &trace).unwrap();
-        assert_eq!(d.tail_skipped, 100 + 7 + 40 + 5);
+        assert_eq!(d.tail_skipped, 100 + 7 + (100 + 3 + 1 - 60) + 5);
         assert_eq!(d.exec.as_deref(), Some("/usr/bin/python3.11"));
         assert_eq!(d.chunks, 0, "no accesses in the slots");
         std::fs::remove_dir_all(&dir).ok();

@@ -386,6 +386,120 @@ fn switched_sampling_counts_every_skipped_access_exactly() {
     }
 }
 
+/// SSE and AVX loads and stores of 16 and 32 bytes (intrinsics), and 8-byte scalar loads.
+const VECTOR_C: &str = r#"
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#define N 4096
+static double a[N] __attribute__((aligned(32))), b[N] __attribute__((aligned(32))),
+    c[N] __attribute__((aligned(32)));
+int main(int argc, char **argv) {
+    int reps = argc > 1 ? atoi(argv[1]) : 1;
+    for (int i = 0; i < N; i++) {
+        b[i] = i;
+        c[i] = 2 * i;
+    }
+    double s = 0;
+    for (int r = 0; r < reps; r++) {
+        for (int i = 0; i < N; i += 4) {
+            __m256d x = _mm256_load_pd(&b[i]), y = _mm256_loadu_pd(&c[i]);
+            _mm256_store_pd(&a[i], _mm256_add_pd(x, y));
+        }
+        for (int i = 0; i < N; i += 2) {
+            __m128d x = _mm_load_pd(&a[i]);
+            _mm_storeu_pd(&c[i], _mm_mul_pd(x, _mm_set1_pd(0.5)));
+            s += b[i];
+        }
+    }
+    printf("%f\n", s);
+    return 0;
+}
+"#;
+
+#[test]
+fn vector_accesses_are_recorded_whole_and_their_skips_counted_exactly() {
+    if !need_qemu("vector accesses") || !have("valgrind", "the lackey comparison") {
+        return;
+    }
+    let dir = temp_dir("vector");
+    build_c(
+        &dir,
+        "vector",
+        VECTOR_C,
+        &["-O1", "-g", "-mavx2", "-no-pie"],
+    );
+    let prog = dir.join("vector").display().to_string();
+    // QEMU performs a 16- or 32-byte access as 8-byte pieces; the trace holds one access of
+    // the instruction's width, as Valgrind's lackey does, instruction by instruction.
+    let lk = Command::new("valgrind")
+        .args(["--tool=lackey", "--trace-mem=yes", "--log-file=lackey.txt"])
+        .args([prog.as_str(), "2"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(lk.status.success(), "{}", stderr(&lk));
+    let o = mgbench(
+        &["import", "--from", "lackey", "lackey.txt", "-o", "lk.mgbt"],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mgbench(&["capture", "--full", "-o", "q.mgbt", &prog, "2"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (lo, hi) = func_range(&prog, "main");
+    let counts = |p: &str| {
+        let mut c: BTreeMap<(u64, &'static str, u8), u64> = BTreeMap::new();
+        for ch in read_trace(&dir.join(p)).chunks {
+            for a in ch.accesses.iter().filter(|a| a.ip >= lo && a.ip < hi) {
+                *c.entry((a.ip, a.kind.as_str(), a.size)).or_default() += 1;
+            }
+        }
+        c
+    };
+    let (lackey, qemu) = (counts("lk.mgbt"), counts("q.mgbt"));
+    assert_eq!(
+        qemu, lackey,
+        "per-instruction load/store counts and sizes differ"
+    );
+    let of_size = |n: u8| {
+        qemu.iter()
+            .filter(|(k, _)| k.2 == n)
+            .map(|(_, v)| v)
+            .sum::<u64>()
+    };
+    // Per rep: 1024 x (two 32-byte loads, a 32-byte store), 2048 x (16-byte load and store).
+    assert_eq!(of_size(32), 2 * 3 * 1024);
+    assert_eq!(of_size(16), 2 * 2 * 2048);
+    assert!(of_size(8) >= 2 * 2048, "the scalar loads");
+    // Sampled, with skips counted by generated code: a vector instruction's pieces count one
+    // access there too, exactly what the full trace has.
+    let run = |how: &[&str], out: &str, switch: &str| {
+        let mut a = vec!["capture", "--backend", "qemu", "-o", out];
+        a.extend(how);
+        a.extend([prog.as_str(), "300"]);
+        let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+            .args(&a)
+            .current_dir(&dir)
+            .env("MGBENCH_QEMU_SWITCH", switch)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        read_trace(&dir.join(out))
+    };
+    let full = run(&["--full"], "full.mgbt", "keyed");
+    for switch in ["keyed", "flush"] {
+        let sampled = run(
+            &["--sample-window", "1024", "--sample-period", "263168"],
+            "s.mgbt",
+            switch,
+        );
+        let windows: usize = assert_skips_exact(&full, &sampled).values().sum();
+        assert!(windows >= 5, "{switch}: {windows} windows");
+        let (switches, _) = switches_in(&sampled.notes);
+        assert!(switches >= 2, "{switch}: {:?}", sampled.notes);
+    }
+}
+
 #[test]
 fn threads_that_exit_while_others_start_keep_their_counts() {
     if !need_qemu("switched sampling with thread churn") {
@@ -741,7 +855,9 @@ end program main
         assert!(names.contains("kernels::spmv._omp_fn.0"), "{names:?}");
     }
     let (got, _, _) = capture("scale.mgbt", Some("scale"));
-    assert_eq!(got.get(&scale_line), Some(&(3 * 2000 * 2)), "{got:?}");
+    // 3 calls x 2000 elements, a load and a store each, by gfortran's SSE2 loop: a 16-byte
+    // load and store per two elements.
+    assert_eq!(got.get(&scale_line), Some(&(3 * 2000 / 2 * 2)), "{got:?}");
     assert_eq!(sum(&got, &spmv_lines), 0, "{got:?}");
 }
 

@@ -27,6 +27,7 @@
 
 mod fds;
 mod native;
+mod pieces;
 mod rdx;
 mod slots;
 mod switch;
@@ -746,6 +747,39 @@ extern "C" fn roi_inlined_cb(
     }
 }
 
+/// In the user data of [`joined_mem_cb`]: the number of pieces (2 or 4) from this bit, and
+/// which callback records the access (none: [`mem_cb`]); the ip in the bits below.
+const JOINED_PIECES_SHIFT: u32 = 56;
+const JOINED_ROI: u64 = 1 << 60;
+const JOINED_INLINED: u64 = 1 << 61;
+const JOINED_IP: u64 = (1 << JOINED_PIECES_SHIFT) - 1;
+
+/// The memory callback of an instruction whose accesses QEMU performs in pieces (see
+/// `pieces`): the first piece of each goes on as the whole access, to the callback the
+/// instruction would have had.
+extern "C" fn joined_mem_cb(
+    vcpu: c_uint,
+    info: qemu_plugin_meminfo_t,
+    addr: u64,
+    udata: *mut c_void,
+) {
+    let data = udata as u64;
+    let ip = data & JOINED_IP;
+    let (size, kind) = decode(info);
+    let n = ((data >> JOINED_PIECES_SHIFT) & 0xf) as u8;
+    let Some(info) = pieces::join(ip, addr, info, size, kind, n) else {
+        return;
+    };
+    let ip = ip as *mut c_void;
+    if data & JOINED_INLINED != 0 {
+        roi_inlined_cb(vcpu, info, addr, ip);
+    } else if data & JOINED_ROI != 0 {
+        roi_mem_cb(vcpu, info, addr, ip);
+    } else {
+        mem_cb(vcpu, info, addr, ip);
+    }
+}
+
 /// The memory callback of an instruction outside an exclusive ROI (see [`tb_trans`]).
 extern "C" fn unrecorded_mem_cb(
     _vcpu: c_uint,
@@ -963,13 +997,8 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         let vaddr = unsafe { qemu_plugin_insn_vaddr(insn) };
         let in_roi = roi.iter().any(|&(s, e)| vaddr >= s && vaddr < e);
         let in_inlined = inlined.iter().any(|&(s, e)| vaddr >= s && vaddr < e);
-        // SAFETY: data/size describe the instruction's bytes, valid in the callback.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                qemu_plugin_insn_data(insn).cast::<u8>(),
-                qemu_plugin_insn_size(insn),
-            )
-        };
+        // SAFETY: a valid instruction handle, during the translation callback.
+        let bytes = unsafe { insn_bytes(insn) };
         match p.cfg.roi_mode {
             RoiMode::Exclusive if !in_roi => {
                 // Not recorded, yet given a callback that does nothing: QEMU 7.2 leaves the
@@ -1018,7 +1047,20 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             }
             _ => {}
         }
-        let (cb, data): (MemCb, u64) = if in_inlined {
+        let pieces = pieces::pieces_of(bytes);
+        let (cb, data): (MemCb, u64) = if pieces > 1 {
+            let route = if in_inlined {
+                JOINED_INLINED
+            } else if p.cfg.roi_mode == RoiMode::Inclusive {
+                JOINED_ROI
+            } else {
+                0
+            };
+            (
+                joined_mem_cb,
+                vaddr | route | (u64::from(pieces) << JOINED_PIECES_SHIFT),
+            )
+        } else if in_inlined {
             let call = if is_call(bytes) { INLINED_CALL } else { 0 };
             (roi_inlined_cb, vaddr | call)
         } else if p.cfg.roi_mode == RoiMode::Inclusive {
@@ -1039,19 +1081,38 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     }
 }
 
+/// The bytes of instruction `insn`.
+///
+/// # Safety
+/// `insn` is a valid handle, and the bytes are used only during the translation callback
+/// that gave it.
+unsafe fn insn_bytes<'a>(insn: *mut qemu_plugin_insn) -> &'a [u8] {
+    // SAFETY: data/size describe the instruction's bytes, valid in the callback.
+    unsafe {
+        std::slice::from_raw_parts(
+            qemu_plugin_insn_data(insn).cast::<u8>(),
+            qemu_plugin_insn_size(insn),
+        )
+    }
+}
+
 /// One inline add to counter `c` per memory access of the TB (the counting mode of `switch`),
-/// its instructions taking the counter's lanes in turn.
+/// its instructions taking the counter's lanes in turn; an instruction whose accesses QEMU
+/// performs in pieces adds per piece to lanes that count them so (see `pieces`).
 fn register_counting(tb: *mut qemu_plugin_tb, c: usize) {
     // SAFETY: `tb` is valid during the translation callback that passes it.
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
     for i in 0..n {
-        // SAFETY: i < n instructions of this TB; each lane is a static u64.
+        // SAFETY: i < n instructions of this TB, valid during the callback; each lane is a
+        // u64 on a counter page that lives until exit.
         unsafe {
+            let insn = qemu_plugin_tb_get_insn(tb, i);
+            let pieces = pieces::pieces_of(insn_bytes(insn));
             qemu_plugin_register_vcpu_mem_inline(
-                qemu_plugin_tb_get_insn(tb, i),
+                insn,
                 QEMU_PLUGIN_MEM_RW,
                 QEMU_PLUGIN_INLINE_ADD_U64,
-                switch::lane_ptr(c, i).cast(),
+                switch::lane_ptr(c, i, pieces).cast(),
                 1,
             )
         };
@@ -1082,14 +1143,41 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     unsafe {
         for i in 0..qemu_plugin_tb_n_insns(tb) {
             let insn = qemu_plugin_tb_get_insn(tb, i);
+            let vaddr = qemu_plugin_insn_vaddr(insn);
+            let pieces = pieces::pieces_of(insn_bytes(insn));
+            let (cb, data): (MemCb, u64) = if pieces > 1 {
+                (
+                    rdx_joined_mem_cb,
+                    vaddr | (u64::from(pieces) << JOINED_PIECES_SHIFT),
+                )
+            } else {
+                (rdx::mem_cb, vaddr)
+            };
             qemu_plugin_register_vcpu_mem_cb(
                 insn,
-                rdx::mem_cb,
+                cb,
                 QEMU_PLUGIN_CB_NO_REGS,
                 QEMU_PLUGIN_MEM_RW,
-                qemu_plugin_insn_vaddr(insn) as *mut c_void,
+                data as *mut c_void,
             );
         }
+    }
+}
+
+/// Live RDX's [`joined_mem_cb`]: one access per execution of a vector instruction QEMU
+/// performs in pieces, as the inline counter counts it.
+extern "C" fn rdx_joined_mem_cb(
+    vcpu: c_uint,
+    info: qemu_plugin_meminfo_t,
+    addr: u64,
+    udata: *mut c_void,
+) {
+    let data = udata as u64;
+    let ip = data & JOINED_IP;
+    let (size, kind) = decode_by_qemu(info);
+    let n = ((data >> JOINED_PIECES_SHIFT) & 0xf) as u8;
+    if let Some(info) = pieces::join(ip, addr, info, size, kind, n) {
+        rdx::mem_cb(vcpu, info, addr, ip as *mut c_void);
     }
 }
 
@@ -1428,21 +1516,25 @@ fn read_proc_maps() -> Vec<Mapping> {
 /// (filled once through the API at start) instead of two FFI calls per access.
 #[inline]
 fn decode(info: u32) -> (u8, AccessKind) {
-    spill::decode_info(slots::decode_entry(info)).unwrap_or_else(|| {
-        // SAFETY: pure decoding of a meminfo value QEMU gave us.
-        let (shift, store) = unsafe {
-            (
-                qemu_plugin_mem_size_shift(info),
-                qemu_plugin_mem_is_store(info),
-            )
-        };
-        let kind = if store {
-            AccessKind::Store
-        } else {
-            AccessKind::Load
-        };
-        (1u8 << shift.min(7), kind)
-    })
+    spill::decode_info(slots::decode_entry(info)).unwrap_or_else(|| decode_by_qemu(info))
+}
+
+/// [`decode`] by QEMU's functions (no table: live RDX has none).
+fn decode_by_qemu(info: u32) -> (u8, AccessKind) {
+    // SAFETY: pure decoding of a meminfo value QEMU gave us.
+    let (shift, store) = unsafe {
+        (
+            qemu_plugin_mem_size_shift(info),
+            qemu_plugin_mem_is_store(info),
+        )
+    };
+    let kind = if store {
+        AccessKind::Store
+    } else {
+        AccessKind::Load
+    };
+    // (Sizes up to 128 bytes; a u8 holds no more.)
+    (1u8 << shift.min(7), kind)
 }
 
 struct WriterReport {
@@ -1740,6 +1832,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
             return 1;
         }
     };
+    pieces::init(decode_by_qemu);
     if let Some(r) = cfg.rdx {
         let started = rdx::init(&cfg.out, r)
             .and_then(|()| switch::init(id, r.adaptive || r.period >= rdx::MIN_INLINE));

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use mgbench_capture::spill::{
-    encode_info, slot_offset, RawAccess, RawSample, SlotHeader, SpillHeader, COUNTER_LANES,
-    COUNTER_LANE_STRIDE, COUNTER_OFFSET, COUNTER_PAGES, DECODE_ENTRIES, DECODE_OFFSET,
+    counter_lane, encode_info, slot_offset, RawAccess, RawSample, SlotHeader, SpillHeader,
+    COUNTER_ALL_LANES, COUNTER_OFFSET, COUNTER_PAGES, DECODE_ENTRIES, DECODE_OFFSET,
     EXEC_PATH_BYTES, FILE_BYTES, FILLING, FREE, MAGIC, MAX_SLOTS, SLOT_ACCESSES_AT,
     SLOT_SAMPLES_AT,
 };
@@ -132,8 +132,8 @@ extern "C" fn forget_in_child() {
     if !base.is_null() {
         // The counters go on in the child's copy from the values they had (their bases are
         // the parent's).
-        let lane = |c: usize, l: usize| COUNTER_OFFSET + c * 4096 + l * COUNTER_LANE_STRIDE * 8;
-        let mut lanes = [[0u64; COUNTER_LANES]; COUNTER_PAGES];
+        let lane = |c: usize, l: usize| counter_lane(COUNTER_OFFSET + c * 4096, l);
+        let mut lanes = [[0u64; COUNTER_ALL_LANES]; COUNTER_PAGES];
         // SAFETY: the lanes are aligned u64s on the counter pages inside the mapping; the
         // remap replaces our own mapping with fresh private memory of the same size.
         unsafe {

@@ -163,6 +163,10 @@ fn mode(c: usize) -> Mode {
 /// load (store-to-load forwarding, several cycles), which cost library-heavy code up to 1.7x
 /// bare QEMU here. The count is the sum of the lanes.
 const LANES: usize = mgbench_capture::spill::COUNTER_LANES;
+/// Lanes for each kind of piece, after them (see `spill::PIECE_LANES`).
+const PIECE_LANES: usize = mgbench_capture::spill::PIECE_LANES;
+/// Every lane of a counter.
+const ALL_LANES: usize = mgbench_capture::spill::COUNTER_ALL_LANES;
 /// u64s between lanes (64 bytes).
 const LANE_STRIDE: usize = mgbench_capture::spill::COUNTER_LANE_STRIDE;
 
@@ -197,21 +201,32 @@ fn settle(c: usize) -> (u64, u64) {
     (now, now.wrapping_sub(base(c).swap(now, Ordering::AcqRel)))
 }
 
-/// The lane of counter `c` for the `i`-th instruction of a block.
-pub fn lane_ptr(c: usize, i: usize) -> *mut u64 {
-    // SAFETY: (i % LANES) * LANE_STRIDE < 512, inside the counter's page.
-    unsafe { page(c).cast::<u64>().add((i % LANES) * LANE_STRIDE) }
+/// Lane `l` (of [`ALL_LANES`]) of counter `c`.
+fn lane_at(c: usize, l: usize) -> *mut u64 {
+    debug_assert!(l < ALL_LANES);
+    // SAFETY: l * LANE_STRIDE < 512 for l < ALL_LANES, inside the counter's page.
+    unsafe { page(c).cast::<u64>().add(l * LANE_STRIDE) }
 }
 
-/// The sum of counter `c`'s lanes. Each lane only grows and is read after the one before,
-/// so two reads in turn never go backwards; on the counting vCPU's own thread (its signal
-/// handlers) the sum is exact.
+/// The lane of counter `c` for the `i`-th instruction of a block, for an instruction whose
+/// accesses QEMU performs whole (`pieces` 1) or as 2 or 4 pieces: each piece adds 1 to it,
+/// and [`count`] counts an access per `pieces` of them.
+pub fn lane_ptr(c: usize, i: usize, pieces: u8) -> *mut u64 {
+    let l = match pieces {
+        2 => LANES + i % PIECE_LANES,
+        4 => LANES + PIECE_LANES + i % PIECE_LANES,
+        _ => i % LANES,
+    };
+    lane_at(c, l)
+}
+
+/// Counter `c`'s count: the accesses its lanes counted (`spill::counter_count`). Each lane
+/// only grows and is read after the one before, so two reads in turn never go backwards; on
+/// the counting vCPU's own thread (its signal handlers) the count is exact.
 fn count(c: usize) -> u64 {
-    (0..LANES).fold(0u64, |sum, l| {
-        // SAFETY: an aligned u64 inside a counter page; volatile because generated code
-        // writes it.
-        sum.wrapping_add(unsafe { std::ptr::read_volatile(lane_ptr(c, l)) })
-    })
+    // SAFETY: an aligned u64 inside a counter page; volatile because generated code writes
+    // it.
+    mgbench_capture::spill::counter_count(|l| unsafe { std::ptr::read_volatile(lane_at(c, l)) })
 }
 
 /// The counter vCPU `vcpu` counts with when it counts inline: its own switched in place (if
@@ -621,17 +636,35 @@ mod tests {
             // A block of 11 instructions, each adding once to its lane, as generated code does.
             for i in 0..11 {
                 // SAFETY: lanes are aligned u64s inside our static pages; nothing else runs.
-                unsafe { *lane_ptr(c, i) += 1 };
+                unsafe { *lane_ptr(c, i, 1) += 1 };
             }
             assert_eq!(count(c) - before, 11);
+            // Three 16-byte accesses by the block's instructions 0 and 1 (two pieces each) and
+            // a 32-byte one's first three pieces: 3 accesses; its last piece makes 4.
+            for i in [0, 1, 0] {
+                for _ in 0..2 {
+                    // SAFETY: as above.
+                    unsafe { *lane_ptr(c, i, 2) += 1 };
+                }
+            }
+            for _ in 0..3 {
+                // SAFETY: as above.
+                unsafe { *lane_ptr(c, 3, 4) += 1 };
+            }
+            assert_eq!(count(c) - before, 11 + 3);
+            // SAFETY: as above.
+            unsafe { *lane_ptr(c, 3, 4) += 1 };
+            assert_eq!(count(c) - before, 11 + 4);
             // Lanes are distinct cache lines, all on the counter's page (one protect covers
             // them), and the counters' pages are distinct.
-            let lanes: Vec<usize> = (0..LANES).map(|l| lane_ptr(c, l) as usize).collect();
+            let lanes: Vec<usize> = (0..ALL_LANES).map(|l| lane_at(c, l) as usize).collect();
             for w in lanes.windows(2) {
                 assert_eq!(w[1] - w[0], 64);
             }
             assert!(lanes.iter().all(|&a| a & !0xfff == page(c) as usize));
-            assert_eq!(lane_ptr(c, LANES), lane_ptr(c, 0));
+            assert_eq!(lane_ptr(c, LANES, 1), lane_ptr(c, 0, 1));
+            assert_eq!(lane_ptr(c, 0, 2), lane_at(c, LANES));
+            assert_eq!(lane_ptr(c, 1, 4), lane_at(c, ALL_LANES - 1));
         }
         assert_eq!(count(1), 0, "another counter's lanes are untouched");
         assert_eq!(page(1) as usize - page(0) as usize, 4096);

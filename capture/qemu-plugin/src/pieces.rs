@@ -1,0 +1,240 @@
+//! Vector accesses that QEMU performs in pieces, joined back into one access each.
+//!
+//! QEMU 7.2 performs an SSE or AVX load or store of 16 or 32 bytes as 2 or 4 loads or stores
+//! of 8 bytes, in address order, and each piece reaches the plugin (a memory callback, an
+//! inline add). The trace records one access of the instruction's width instead, as the
+//! `ptrace` backend and Valgrind's lackey do, so that access counts, per-instruction counts and
+//! strides of vector code mean the same under every backend:
+//!
+//! - at translation, [`pieces_of`] decodes the instruction: 2 or 4 for a vector load or store
+//!   of 16 or 32 bytes (not a gather, scatter or masked move: those are element by element),
+//!   else 1;
+//! - recording, such an instruction's callback goes through [`join`]: the first piece is
+//!   recorded as the whole access, the pieces that continue it are dropped;
+//! - counting inline, its pieces add to lanes of which every 2 or 4 count one access
+//!   (`switch::lane_ptr`, `spill::counter_count`).
+//!
+//! Both ways count one access per execution, so skip counts stay exact: the pieces of one
+//! execution all run in one mode (a switch takes effect between translation blocks).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
+use mgbench_capture::trace::AccessKind;
+
+/// Whether pieces are joined: set at start once [`widen`] is known to work on this QEMU's
+/// meminfo values (else every piece stays an access, counted as one everywhere).
+static JOINING: AtomicBool = AtomicBool::new(false);
+
+/// Bytes QEMU performs a wide access in.
+const PIECE: u8 = 8;
+
+/// Turns joining on where QEMU's meminfo can say 16 and 32 bytes (`decode` reads a meminfo
+/// value's size and kind). Returns whether it did.
+pub fn init(decode: impl Fn(u32) -> (u8, AccessKind)) -> bool {
+    // An 8-byte load and store as QEMU 7.2 packs them (MO_64 in the size bits of the memory
+    // operation, the store bit above them); checked, not assumed.
+    let ok = [
+        ((3u32 << 4) | (1 << 16), AccessKind::Load),
+        ((3 << 4) | (2 << 16), AccessKind::Store),
+    ]
+    .into_iter()
+    .all(|(info, kind)| {
+        decode(info) == (PIECE, kind)
+            && [2, 4]
+                .into_iter()
+                .all(|n| widen(info, n).is_some_and(|w| decode(w) == (PIECE * n, kind)))
+    });
+    JOINING.store(ok, Ordering::Release);
+    ok
+}
+
+/// The meminfo value of access `info` (8 bytes) made `pieces` times as wide.
+fn widen(info: u32, pieces: u8) -> Option<u32> {
+    let shift = match pieces {
+        2 => 4,
+        4 => 5,
+        _ => return None,
+    };
+    // QEMU 7.2: the memory operation's size (log2) in bits 4-6.
+    Some((info & !(7 << 4)) | (shift << 4))
+}
+
+/// How many pieces QEMU performs each access of the instruction `bytes` in, as far as joining
+/// goes: 2 or 4 for a vector load or store of 16 or 32 bytes, else 1.
+pub fn pieces_of(bytes: &[u8]) -> u8 {
+    if !JOINING.load(Ordering::Relaxed) || !maybe_vector(bytes) {
+        return 1;
+    }
+    let i = Decoder::new(64, bytes, DecoderOptions::NONE).decode();
+    if i.is_invalid() || i.is_vsib() {
+        return 1;
+    }
+    let ops = 0..i.op_count();
+    let memory = ops.clone().any(|k| i.op_kind(k) == OpKind::Memory);
+    // A vector register among the operands: SSE and AVX, not cmpxchg16b (which QEMU performs
+    // as pieces in one thread and as one 16-byte access in several).
+    let vector = ops.into_iter().any(|k| {
+        i.op_kind(k) == OpKind::Register && {
+            let r = i.op_register(k);
+            r.is_xmm() || r.is_ymm()
+        }
+    });
+    // Masked moves access element by element, and only the elements the mask selects.
+    let masked = matches!(
+        i.mnemonic(),
+        Mnemonic::Vmaskmovps
+            | Mnemonic::Vmaskmovpd
+            | Mnemonic::Vpmaskmovd
+            | Mnemonic::Vpmaskmovq
+            | Mnemonic::Maskmovdqu
+            | Mnemonic::Lea
+    );
+    if !memory || !vector || masked {
+        return 1;
+    }
+    match i.memory_size().size() {
+        16 => 2,
+        32 => 4,
+        _ => 1,
+    }
+}
+
+/// Whether the instruction `bytes` may be SSE or AVX (its opcode, after the prefixes, opens
+/// the 0F map or a VEX prefix): most instructions are not, and need no decoding.
+fn maybe_vector(bytes: &[u8]) -> bool {
+    let opcode = bytes.iter().find(|&&b| {
+        !matches!(
+            b,
+            0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3 | 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x40
+                ..=0x4f
+        )
+    });
+    matches!(opcode, Some(0x0f | 0xc4 | 0xc5))
+}
+
+/// The wide access the thread's previous piece began.
+#[derive(Clone, Copy, Default)]
+struct Open {
+    ip: u64,
+    /// Address the next piece would have.
+    next: u64,
+    /// Pieces still to come.
+    left: u8,
+    store: bool,
+}
+
+thread_local! {
+    static OPEN: Cell<Open> = const { Cell::new(Open { ip: 0, next: 0, left: 0, store: false }) };
+}
+
+/// A piece (`info`, of `size` bytes and `kind`) at `addr` of an instruction at `ip` whose
+/// accesses QEMU performs in `pieces`: the access to record for it (`info` widened) where it
+/// begins one, `None` where it continues the access its thread's previous piece began. A
+/// piece that does not continue it (another instruction, address or kind: the access before
+/// faulted part way) begins one.
+#[inline]
+pub fn join(ip: u64, addr: u64, info: u32, size: u8, kind: AccessKind, pieces: u8) -> Option<u32> {
+    let store = kind == AccessKind::Store;
+    OPEN.with(|open| {
+        let o = open.get();
+        if size == PIECE && o.left > 0 && o.ip == ip && o.next == addr && o.store == store {
+            open.set(Open {
+                next: addr.wrapping_add(u64::from(PIECE)),
+                left: o.left - 1,
+                ..o
+            });
+            return None;
+        }
+        match widen(info, pieces).filter(|_| size == PIECE) {
+            Some(wide) => {
+                open.set(Open {
+                    ip,
+                    next: addr.wrapping_add(u64::from(PIECE)),
+                    left: pieces - 1,
+                    store,
+                });
+                Some(wide)
+            }
+            None => {
+                open.set(Open::default());
+                Some(info)
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Size and kind as QEMU 7.2 packs them (size log2 in bits 4-6, load and store bits 16, 17).
+    fn decode(info: u32) -> (u8, AccessKind) {
+        let kind = if info & (2 << 16) != 0 {
+            AccessKind::Store
+        } else {
+            AccessKind::Load
+        };
+        (1 << ((info >> 4) & 7), kind)
+    }
+
+    const LOAD8: u32 = (3 << 4) | (1 << 16);
+    const STORE8: u32 = (3 << 4) | (2 << 16);
+
+    #[test]
+    fn vector_loads_and_stores_of_16_and_32_bytes_come_in_pieces() {
+        assert!(init(decode));
+        let cases: [(&[u8], u8); 13] = [
+            (&[0x0f, 0x28, 0x06], 2),                               // movaps xmm0, [rsi]
+            (&[0x0f, 0x29, 0x46, 0x40], 2),                         // movaps [rsi+0x40], xmm0
+            (&[0x66, 0x0f, 0xfe, 0x8e, 0x80, 0, 0, 0], 2),          // paddd xmm1, [rsi+0x80]
+            (&[0xc5, 0xfe, 0x6f, 0x96, 0xc0, 0, 0, 0], 4),          // vmovdqu ymm2, [rsi+0xc0]
+            (&[0xc5, 0xfe, 0x7f, 0x96, 0, 1, 0, 0], 4),             // vmovdqu [rsi+0x100], ymm2
+            (&[0xc4, 0xe3, 0x65, 0x18, 0x9e, 0x40, 1, 0, 0, 1], 2), // vinsertf128 ymm3, .., [m128]
+            (&[0xf3, 0x0f, 0x7e, 0xa6, 0x80, 1, 0, 0], 1), // movq xmm4, [rsi+0x180]: 8 bytes
+            (&[0xc4, 0xe2, 0x55, 0x90, 0xbc, 0xb6, 0, 2, 0, 0], 1), // vpgatherdd: lane by lane
+            (&[0xc4, 0x62, 0x39, 0x2e, 0x86, 0, 4, 0, 0], 1), // vmaskmovps: masked elements
+            (&[0xf0, 0x48, 0x0f, 0xc7, 0x8e, 0, 0xb, 0, 0], 1), // lock cmpxchg16b
+            (&[0x0f, 0xae, 0x86, 0, 6, 0, 0], 1),          // fxsave: 512 bytes
+            (&[0xc5, 0xfd, 0xef, 0xc0], 1),                // vpxor ymm0, ymm0, ymm0: no memory
+            (&[0x48, 0x8b, 0x04, 0xc7], 1),                // mov rax, [rdi+rax*8]
+        ];
+        for (bytes, want) in cases {
+            assert_eq!(pieces_of(bytes), want, "{bytes:02x?}");
+        }
+    }
+
+    #[test]
+    fn the_pieces_of_one_execution_make_one_access() {
+        assert!(init(decode));
+        let j = |ip, addr, info: u32, pieces| {
+            let (size, kind) = decode(info);
+            join(ip, addr, info, size, kind, pieces)
+        };
+        // A 32-byte store: its first piece is the access, 32 bytes wide.
+        let first = j(0x10, 0x1000, STORE8, 4).unwrap();
+        assert_eq!(decode(first), (32, AccessKind::Store));
+        for k in 1..4 {
+            assert_eq!(j(0x10, 0x1000 + 8 * k, STORE8, 4), None);
+        }
+        // The next execution (even at the next address) is an access of its own.
+        assert!(j(0x10, 0x1020, STORE8, 4).is_some());
+        // A load and a store by one instruction pair their own pieces only.
+        assert_eq!(
+            decode(j(0x20, 0x2000, LOAD8, 2).unwrap()),
+            (16, AccessKind::Load)
+        );
+        assert!(
+            j(0x20, 0x2008, STORE8, 2).is_some(),
+            "a store does not continue a load"
+        );
+        // A piece that does not follow (the access before faulted part way) begins an
+        // access; one of another size is recorded as it is.
+        assert!(j(0x30, 0x3000, LOAD8, 2).is_some());
+        assert!(j(0x30, 0x3010, LOAD8, 2).is_some());
+        let four = (2 << 4) | (1 << 16);
+        assert_eq!(j(0x40, 0x4000, four, 2), Some(four));
+        assert!(j(0x40, 0x4004, four, 2).is_some());
+    }
+}
