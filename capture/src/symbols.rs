@@ -110,9 +110,15 @@ impl FunctionCode {
 /// `.omp_outlined..12`, with `-g` also `.omp_outlined._debug__`) or of a task
 /// (`.omp_task_entry.`). Unlike GCC's `spmv._omp_fn.0` (see [`clone_base`]) their names do
 /// not say which function they came from: the function hands their address to the OpenMP
-/// runtime (`__kmpc_fork_call`), whose threads call them.
+/// runtime (`__kmpc_fork_call`), whose threads call them. Later clang releases put the
+/// function's name in front (`compute.omp_outlined`, `compute.omp_outlined_debug__`); they are
+/// taken the same way, by reference (Debian 12's clang 14 to 16 name them as above).
 pub fn is_clang_outlined(raw: &str) -> bool {
-    raw.starts_with(".omp_outlined.") || raw.starts_with(".omp_task_entry.")
+    raw.starts_with(".omp_task_entry.")
+        || raw
+            .split('.')
+            .skip(1)
+            .any(|word| word.starts_with("omp_outlined"))
 }
 
 /// Addresses that x86-64 code at link address `start` refers to, by a byte scan: the
@@ -1093,6 +1099,9 @@ mod tests {
         assert!(is_clang_outlined(".omp_task_entry."));
         assert!(!is_clang_outlined("compute._omp_fn.0"));
         assert!(!is_clang_outlined("omp_outlined"));
+        assert!(is_clang_outlined("compute.omp_outlined"));
+        assert!(is_clang_outlined("_Z7computei.omp_outlined_debug__"));
+        assert!(!is_clang_outlined("compute.omp"));
     }
 
     #[test]

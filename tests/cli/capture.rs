@@ -1304,6 +1304,35 @@ int main(int argc, char **argv) {
         );
         assert_eq!(loop_line("roi.mgbt"), (full, 2), "{extra:?}");
     }
+    // Later clang releases name the regions after their function (`compute.omp_outlined`):
+    // the same object with its regions renamed so, linked again.
+    let sh = |cmd: &str| {
+        let o = Command::new("sh")
+            .args(["-c", cmd])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd}: {}", stderr(&o));
+        stdout(&o)
+    };
+    sh("clang -O2 -g -fopenmp -c -o omp.o omp.c");
+    let renames: Vec<String> = sh("nm omp.o")
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|name| name.starts_with(".omp_outlined"))
+        .map(|name| format!("--redefine-sym {name}=compute{name}"))
+        .collect();
+    assert!(!renames.is_empty());
+    sh(&format!(
+        "objcopy {} omp.o && clang -fopenmp -o omp omp.o && nm omp | grep -q compute.omp_outlined",
+        renames.join(" ")
+    ));
+    run(&["--roi", "compute"], "renamed.mgbt");
+    assert_eq!(
+        loop_line("renamed.mgbt"),
+        (full, 2),
+        "regions named compute.omp_outlined"
+    );
 }
 
 #[test]
