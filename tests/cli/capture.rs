@@ -119,6 +119,27 @@ fn full_capture_of_spmv_records_the_exact_gather_addresses() {
         .any(|i| i["function"] == "spmv_rows" && i["loads"] == iters * rows * nnz));
 }
 
+/// Runs `prog args` under Valgrind's lackey in `dir` and imports its log as `dir/lk.mgbt`.
+fn lackey_trace(dir: &Path, prog: &str, args: &[&str]) {
+    let lk = Command::new("valgrind")
+        .args([
+            "--tool=lackey",
+            "--trace-mem=yes",
+            "--log-file=lackey.txt",
+            prog,
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(lk.status.success(), "{}", stderr(&lk));
+    let o = mgbench(
+        &["import", "--from", "lackey", "lackey.txt", "-o", "lk.mgbt"],
+        dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn per_instruction_counts_agree_with_valgrind_lackey() {
     if !need_qemu("the lackey comparison") || !have("valgrind", "the lackey comparison") {
@@ -127,23 +148,7 @@ fn per_instruction_counts_agree_with_valgrind_lackey() {
     let dir = temp_dir("lackey");
     let prog = apps().join("nopie/histogram").display().to_string();
     let args = ["--n=3000", "--bins=512", "--iters=2"];
-    let lk = Command::new("valgrind")
-        .args([
-            "--tool=lackey",
-            "--trace-mem=yes",
-            "--log-file=lackey.txt",
-            &prog,
-        ])
-        .args(args)
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(lk.status.success(), "{}", stderr(&lk));
-    let o = mgbench(
-        &["import", "--from", "lackey", "lackey.txt", "-o", "lk.mgbt"],
-        &dir,
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    lackey_trace(&dir, &prog, &args);
     let mut cap = vec!["capture", "--full", "-o", "q.mgbt", prog.as_str()];
     cap.extend(args);
     let o = mgbench(&cap, &dir);
@@ -432,18 +437,7 @@ fn vector_accesses_are_recorded_whole_and_their_skips_counted_exactly() {
     let prog = dir.join("vector").display().to_string();
     // QEMU performs a 16- or 32-byte access as 8-byte pieces; the trace holds one access of
     // the instruction's width, as Valgrind's lackey does, instruction by instruction.
-    let lk = Command::new("valgrind")
-        .args(["--tool=lackey", "--trace-mem=yes", "--log-file=lackey.txt"])
-        .args([prog.as_str(), "2"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(lk.status.success(), "{}", stderr(&lk));
-    let o = mgbench(
-        &["import", "--from", "lackey", "lackey.txt", "-o", "lk.mgbt"],
-        &dir,
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    lackey_trace(&dir, &prog, &["2"]);
     let o = mgbench(&["capture", "--full", "-o", "q.mgbt", &prog, "2"], &dir);
     assert!(o.status.success(), "{}", stderr(&o));
     let (lo, hi) = func_range(&prog, "main");

@@ -754,6 +754,17 @@ const JOINED_ROI: u64 = 1 << 60;
 const JOINED_INLINED: u64 = 1 << 61;
 const JOINED_IP: u64 = (1 << JOINED_PIECES_SHIFT) - 1;
 
+/// A piece (`info`, of the size and kind `decoded`) at `addr` of the instruction whose
+/// callback has the user data `data`: the ip and the access to record where it begins one
+/// (see `pieces::join`).
+#[inline]
+fn join_piece(data: u64, addr: u64, info: u32, decoded: (u8, AccessKind)) -> Option<(u64, u32)> {
+    let ip = data & JOINED_IP;
+    let pieces = ((data >> JOINED_PIECES_SHIFT) & 0xf) as u8;
+    let (size, kind) = decoded;
+    pieces::join(ip, addr, info, size, kind, pieces).map(|info| (ip, info))
+}
+
 /// The memory callback of an instruction whose accesses QEMU performs in pieces (see
 /// `pieces`): the first piece of each goes on as the whole access, to the callback the
 /// instruction would have had.
@@ -764,10 +775,7 @@ extern "C" fn joined_mem_cb(
     udata: *mut c_void,
 ) {
     let data = udata as u64;
-    let ip = data & JOINED_IP;
-    let (size, kind) = decode(info);
-    let n = ((data >> JOINED_PIECES_SHIFT) & 0xf) as u8;
-    let Some(info) = pieces::join(ip, addr, info, size, kind, n) else {
+    let Some((ip, info)) = join_piece(data, addr, info, decode(info)) else {
         return;
     };
     let ip = ip as *mut c_void;
@@ -1172,11 +1180,7 @@ extern "C" fn rdx_joined_mem_cb(
     addr: u64,
     udata: *mut c_void,
 ) {
-    let data = udata as u64;
-    let ip = data & JOINED_IP;
-    let (size, kind) = decode_by_qemu(info);
-    let n = ((data >> JOINED_PIECES_SHIFT) & 0xf) as u8;
-    if let Some(info) = pieces::join(ip, addr, info, size, kind, n) {
+    if let Some((ip, info)) = join_piece(udata as u64, addr, info, decode_by_qemu(info)) {
         rdx::mem_cb(vcpu, info, addr, ip as *mut c_void);
     }
 }
