@@ -1329,6 +1329,98 @@ int main(int argc, char **argv) {
     );
 }
 
+/// `--roi` of a function clang inlined into `main`, whose OpenMP region it outlined: ptrace
+/// runs `main`'s own code natively, stopping where it enters the copy (stepping all of it
+/// took 4 minutes for a program that runs in milliseconds), and records what QEMU does
+/// there, the load after the runtime's call returns into the copy included.
+#[test]
+fn ptrace_roi_in_a_function_that_holds_a_copy_records_what_qemu_does() {
+    if !need_qemu("ROI of an inlined function") || !have("clang", "clang OpenMP ROI") {
+        return;
+    }
+    let dir = temp_dir("roi-container");
+    std::fs::write(
+        dir.join("omp.c"),
+        r#"#include <stdio.h>
+#include <stdlib.h>
+static long compute(const long *t, const int *idx, int n) {
+  long s = 0;
+#pragma omp parallel for reduction(+:s) schedule(static)
+  for (int i = 0; i < n; i++) s += t[idx[i]];
+  return s;
+}
+int main(int argc, char **argv) {
+  (void)argv;
+  int n = 4000 + argc;
+  long *t = malloc(8 * n); int *idx = malloc(4 * n);
+  for (int r = 0; r < 20; r++)
+    for (int i = 0; i < n; i++) { t[i] = i + r; idx[i] = (int)(((long)i * 31 + 7 + r) % n); }
+#pragma omp parallel
+  { if (n < 0) printf("-\n"); }
+  printf("%ld\n", compute(t, idx, n));
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let o = Command::new("clang")
+        .args(["-O2", "-g", "-fopenmp", "-o", "omp", "omp.c"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "clang -fopenmp: {}", stderr(&o));
+    assert!(
+        ElfImage::open(&dir.join("omp"))
+            .unwrap()
+            .find_function("compute")
+            .is_err(),
+        "clang kept compute"
+    );
+    // Accesses of the copy in main, and of the loop (line 6) per thread, by kind and line.
+    let copy = |extra: &[&str]| -> BTreeMap<(String, u32), u64> {
+        let mut a = vec![
+            "capture", "-q", "--full", "-o", "roi.mgbt", "--roi", "compute",
+        ];
+        a.extend_from_slice(extra);
+        a.push("./omp");
+        let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+            .args(&a)
+            .env("OMP_NUM_THREADS", "2")
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        let t = read_trace(&dir.join("roi.mgbt"));
+        let mut sym = Symbolizer::new(t.mappings.clone());
+        let mut out = BTreeMap::new();
+        for c in &t.chunks {
+            for a in &c.accesses {
+                let loc = sym.resolve(a.ip);
+                let line = loc.line.unwrap_or(0);
+                let key = if loc.inlined.as_deref() == Some("compute") {
+                    format!("{} in main", a.kind.as_str())
+                } else if line == 6 && loc.file.as_deref().is_some_and(|f| f.ends_with("omp.c")) {
+                    format!("{} in the loop, thread {}", a.kind.as_str(), c.thread)
+                } else {
+                    continue;
+                };
+                *out.entry((key, line)).or_insert(0) += 1;
+            }
+        }
+        out
+    };
+    for extra in [&[][..], &["--roi-exclusive"][..]] {
+        let qemu = copy(extra);
+        assert!(
+            qemu.keys().any(|k| k.0.ends_with("in main") && k.1 == 7),
+            "{extra:?}: the load of the result after the region: {qemu:?}"
+        );
+        let mut ptrace = extra.to_vec();
+        ptrace.extend(["--backend", "ptrace"]);
+        assert_eq!(copy(&ptrace), qemu, "{extra:?}");
+    }
+}
+
 #[test]
 fn roi_keeps_only_the_named_function() {
     if !need_qemu("ROI capture") {

@@ -156,6 +156,8 @@ struct ThreadState {
     /// lies: the thread steps until the `ret` that loads it, rather than waiting on
     /// breakpoints, since an inlined copy may run anywhere in it.
     container_return: Option<u64>,
+    /// That function's entry and the address it returns to (see [`Tracer::wait_in_container`]).
+    container: (u64, u64),
     /// Calls run natively instead of stepped, innermost last: where each returns to and the
     /// stack pointer there (see [`Tracer::run_over`]).
     over: Vec<(u64, u64)>,
@@ -198,6 +200,9 @@ struct Tracer {
     threads: HashMap<Pid, ThreadState>,
     next_id: u32,
     cache: HashMap<u64, Option<Decoded>>,
+    /// Where each function holding inlined copies (by its entry) can enter them, `None` where
+    /// its code does not tell (see [`Tracer::container_entries`]).
+    container_entries: HashMap<u64, Option<Vec<u64>>>,
     layout: XsaveLayout,
     builder: ChunkBuilder,
     writer: TraceWriter<BufWriter<File>>,
@@ -296,6 +301,7 @@ impl Tracer {
                 attached: false,
                 inlined_call: false,
                 container_return: None,
+                container: (0, 0),
                 over: Vec::new(),
             },
         );
@@ -536,6 +542,7 @@ impl Tracer {
                 Some(hook.wrapping_add(start.wrapping_sub(*base)))
             });
             self.roi_ranges = Some(self.roi_link.placed(self.roi_bias, &maps));
+            self.container_entries.clear();
         }
         self.roi_ranges.get_or_insert_with(RoiPlan::default)
     }
@@ -598,6 +605,14 @@ impl Tracer {
                 entry(&r.containers),
             )
         };
+        // At a container's entry, the stack pointer points at its return address.
+        let container_ret = if at_container {
+            let mut word = [0u8; 8];
+            (ptrace_sys::read_memory(tid, regs.rsp, &mut word) == 8)
+                .then(|| u64::from_le_bytes(word))
+        } else {
+            None
+        };
         let Some(t) = self.threads.get_mut(&tid) else {
             return Ok(());
         };
@@ -620,7 +635,12 @@ impl Tracer {
         }
         if at_container && t.container_return.is_none() {
             t.container_return = Some(regs.rsp);
-        } else if returns(t.container_return) {
+            t.container = (ip, container_ret.unwrap_or(0));
+        } else if returns(t.container_return)
+            || t.container_return
+                .is_some_and(|slot| regs.rsp > slot && ip == t.container.1)
+        {
+            // Its `ret`, stepped, or the address it returns to, reached natively.
             t.container_return = None;
         }
         if inclusive && in_inlined && decoded.as_ref().is_some_and(is_call) {
@@ -639,7 +659,16 @@ impl Tracer {
             t.over.clear();
         }
         let returning = !t.over.is_empty();
+        let in_container = t.roi_return.is_none() && t.container_return.is_some();
         if self.roi != Roi::None && !recording && (!open || returning) && self.wait_for_roi(tid) {
+            return Ok(());
+        }
+        if self.roi != Roi::None
+            && !recording
+            && in_container
+            && !returning
+            && self.wait_in_container(tid, ip)
+        {
             return Ok(());
         }
         let Some(t) = self.threads.get_mut(&tid) else {
@@ -734,17 +763,87 @@ impl Tracer {
     /// steps on. So do threads attached (`--pid`) inside a function whose own code an
     /// exclusive ROI records or that holds inlined copies: its entry would not be seen.
     fn wait_for_roi(&mut self, tid: Pid) -> bool {
+        self.wait_natively(tid, None)
+    }
+
+    /// In a function that holds inlined copies, outside them, with no ROI function open: the
+    /// thread runs natively until it enters a copy (the breakpoints of [`wait_for_roi`] and
+    /// the places where the function's code enters its copies, see
+    /// [`Tracer::container_entries`]) or returns (a breakpoint where it returns to). Stepping
+    /// the rest of the function took 4 minutes where the function initialises its data
+    /// before the copy runs. False where that cannot be: the thread is not in the function's
+    /// own code (a callee's `ret` may return into a copy), its code does not tell where it
+    /// enters the copies, or more than 4 breakpoints.
+    fn wait_in_container(&mut self, tid: Pid, ip: u64) -> bool {
+        let Some((start, ret)) = self.threads.get(&tid).map(|t| t.container) else {
+            return false;
+        };
+        let r = self.roi_ranges();
+        let own = r
+            .containers
+            .iter()
+            .any(|&(s, e)| s == start && ip >= s && ip < e)
+            && !r.inlined.iter().any(|&(s, e)| ip >= s && ip < e);
+        if ret == 0 || !own {
+            return false;
+        }
+        let Some(mut points) = self.container_entries(tid, start) else {
+            return false;
+        };
+        points.push(ret);
+        self.wait_natively(tid, Some((start, points)))
+    }
+
+    /// Where the code of the function holding inlined copies that starts at `start` can
+    /// enter them: their starts and the targets of its direct jumps into them from outside,
+    /// found by decoding the function's code from its start (compilers put jump tables in
+    /// data, not code). `None` where an indirect jump outside the copies could go anywhere.
+    fn container_entries(&mut self, tid: Pid, start: u64) -> Option<Vec<u64>> {
+        if let Some(known) = self.container_entries.get(&start) {
+            return known.clone();
+        }
+        let r = self.roi_ranges();
+        let found = r
+            .containers
+            .iter()
+            .find(|c| c.0 == start)
+            .map(|&(s, e)| {
+                let copies: Vec<(u64, u64)> = r
+                    .inlined
+                    .iter()
+                    .filter(|&&(a, b)| a < e && b > s)
+                    .copied()
+                    .collect();
+                (s, e, copies)
+            })
+            .and_then(|(s, e, copies)| {
+                // (A function of more than 1 MiB is stepped as before.)
+                let mut code = vec![0u8; usize::try_from(e - s).ok().filter(|&n| n <= 1 << 20)?];
+                let n = ptrace_sys::read_memory(tid, s, &mut code);
+                code.truncate(n);
+                x86::entries_into(&code, s, &copies)
+            });
+        self.container_entries.insert(start, found.clone());
+        found
+    }
+
+    /// [`wait_for_roi`], and with `container` (the entry of the function holding inlined
+    /// copies the thread is in, and where else to stop) those places, that function's entry
+    /// left out.
+    fn wait_natively(&mut self, tid: Pid, container: Option<(u64, Vec<u64>)>) -> bool {
         let exclusive = self.roi == Roi::Exclusive;
         let r = self.roi_ranges();
         if r.uncontained {
             return false;
         }
+        let skip = container.as_ref().map(|c| c.0);
         let (has_containers, mut entries): (bool, Vec<u64>) = (
             !r.containers.is_empty(),
             r.functions
                 .iter()
                 .chain(&r.containers)
                 .map(|&(s, _)| s)
+                .filter(|&s| Some(s) != skip)
                 .collect(),
         );
         if r.pending {
@@ -763,12 +862,15 @@ impl Tracer {
         // A call run natively: its return.
         let returning = self.threads.get(&tid).and_then(|t| t.over.last().copied());
         entries.extend(returning.map(|(ip, _)| ip));
+        let in_container = container.is_some();
+        entries.extend(container.into_iter().flat_map(|c| c.1));
         entries.sort_unstable();
         entries.dedup();
         if entries.is_empty() || entries.len() > 4 {
             return false;
         }
         if returning.is_none()
+            && !in_container
             && (has_containers || exclusive)
             && self.threads.get(&tid).is_some_and(|t| t.attached)
         {
@@ -1037,6 +1139,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         threads: HashMap::new(),
         next_id: 0,
         cache: HashMap::new(),
+        container_entries: HashMap::new(),
         layout: XsaveLayout::detect(),
         builder: ChunkBuilder::new(),
         progress: cfg.progress.clone(),

@@ -52,6 +52,37 @@ pub fn count_evex(code: &[u8], ip: u64) -> usize {
     n
 }
 
+/// Where the machine code `code` of a function (at `ip`) can enter the ranges `copies` (the
+/// inlined copies it holds): their starts, and the targets of its direct jumps that land
+/// inside one from outside them, sorted. `None` where an indirect jump outside them could
+/// land anywhere. (Calls and returns from outside a copy land outside it.)
+pub fn entries_into(code: &[u8], ip: u64, copies: &[(u64, u64)]) -> Option<Vec<u64>> {
+    use iced_x86::FlowControl;
+    let inside = |a: u64| copies.iter().any(|&(s, e)| a >= s && a < e);
+    let mut entries: Vec<u64> = copies.iter().map(|&(s, _)| s).collect();
+    let mut decoder = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
+    let mut i = Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut i);
+        if inside(i.ip()) {
+            continue;
+        }
+        match i.flow_control() {
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
+                let target = i.near_branch_target();
+                if inside(target) {
+                    entries.push(target);
+                }
+            }
+            FlowControl::IndirectBranch => return None,
+            _ => {}
+        }
+    }
+    entries.sort_unstable();
+    entries.dedup();
+    Some(entries)
+}
+
 /// Decodes the instruction at `ip` from `bytes` (up to 15 bytes are used).
 pub fn decode(bytes: &[u8], ip: u64) -> Option<Decoded> {
     let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
@@ -277,6 +308,28 @@ pub fn accesses(d: &Decoded, regs: &dyn Registers, out: &mut Vec<Access>) -> boo
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn a_function_enters_its_inlined_copies_at_their_starts_and_where_it_jumps_in() {
+        let mut code = vec![
+            0xeb, 0x05, // 0x1000: jmp 0x1007, into the copy
+            0x90, 0x90, 0x90, // 0x1002: falls into the copy at 0x1005
+            0x90, 0x90, 0x90, 0x90, 0x90, // 0x1005..0x100a: the copy
+            0x75, 0xfc, // 0x100a: jne 0x1008, into the copy
+            0xeb, 0xf2, // 0x100c: jmp 0x1000, not into it
+        ];
+        let copy = [(0x1005, 0x100a)];
+        assert_eq!(
+            entries_into(&code, 0x1000, &copy),
+            Some(vec![0x1005, 0x1007, 0x1008])
+        );
+        // An indirect jump inside the copy is followed by stepping; outside, it could enter
+        // the copy anywhere.
+        code[0x1006 - 0x1000..0x1008 - 0x1000].copy_from_slice(&[0xff, 0xe0]);
+        assert!(entries_into(&code, 0x1000, &copy).is_some());
+        code.extend([0xff, 0xe0]); // 0x100e: jmp rax
+        assert_eq!(entries_into(&code, 0x1000, &copy), None);
+    }
 
     #[derive(Default)]
     struct Regs {
