@@ -1204,40 +1204,38 @@ int main(int argc, char **argv) {
 /// name). The region is found where the function's code takes its address: by source line
 /// the ROI holds what a full capture holds in the loop, from both threads, under QEMU and
 /// ptrace, inclusive and exclusive.
-#[test]
-fn roi_holds_the_openmp_regions_clang_outlined() {
-    if !need_qemu("ROI of a clang OpenMP function") || !have("clang", "clang OpenMP ROI") {
-        return;
-    }
-    let dir = temp_dir("roi-clang-omp");
-    std::fs::write(
-        dir.join("omp.c"),
+/// Builds `dir/omp` with clang's OpenMP: `compute` (declared `decl compute(...)`) sums
+/// `t[idx[i]]` in a parallel loop on line 6; `main` fills the arrays `reps` times, starts the
+/// runtime's threads in a region of its own, then calls it.
+fn build_clang_omp(dir: &Path, decl: &str, reps: u32) {
+    let src = format!(
         r#"#include <stdio.h>
 #include <stdlib.h>
-__attribute__((noinline)) long compute(const long *t, const int *idx, int n) {
+{decl} compute(const long *t, const int *idx, int n) {{
   long s = 0;
 #pragma omp parallel for reduction(+:s) schedule(static)
   for (int i = 0; i < n; i++) s += t[idx[i]];
   return s;
-}
-int main(int argc, char **argv) {
+}}
+int main(int argc, char **argv) {{
   (void)argv;
   int n = 4000 + argc;
   long *t = malloc(8 * n); int *idx = malloc(4 * n);
-  for (int i = 0; i < n; i++) { t[i] = i; idx[i] = (int)(((long)i * 31 + 7) % n); }
+  for (int r = 0; r < {reps}; r++)
+    for (int i = 0; i < n; i++) {{ t[i] = i + r; idx[i] = (int)(((long)i * 31 + 7 + r) % n); }}
   /* The runtime starts its threads at the first region: outside the ROI (under ptrace,
      stepping through that start took 18 s). */
 #pragma omp parallel
-  { if (n < 0) printf("-\n"); }
+  {{ if (n < 0) printf("-\n"); }}
   printf("%ld\n", compute(t, idx, n));
   return 0;
-}
-"#,
-    )
-    .unwrap();
+}}
+"#
+    );
+    std::fs::write(dir.join("omp.c"), src).unwrap();
     let o = Command::new("clang")
         .args(["-O2", "-g", "-fopenmp", "-o", "omp", "omp.c"])
-        .current_dir(&dir)
+        .current_dir(dir)
         .output()
         .unwrap();
     assert!(
@@ -1245,6 +1243,15 @@ int main(int argc, char **argv) {
         "clang -fopenmp (scripts/setup.sh installs libomp-dev): {}",
         stderr(&o)
     );
+}
+
+#[test]
+fn roi_holds_the_openmp_regions_clang_outlined() {
+    if !need_qemu("ROI of a clang OpenMP function") || !have("clang", "clang OpenMP ROI") {
+        return;
+    }
+    let dir = temp_dir("roi-clang-omp");
+    build_clang_omp(&dir, "__attribute__((noinline)) long", 1);
     // The loop's line, per thread: (thread, line 6 accesses).
     let loop_line = |file: &str| -> (u64, usize) {
         let t = read_trace(&dir.join(file));
@@ -1339,36 +1346,7 @@ fn ptrace_roi_in_a_function_that_holds_a_copy_records_what_qemu_does() {
         return;
     }
     let dir = temp_dir("roi-container");
-    std::fs::write(
-        dir.join("omp.c"),
-        r#"#include <stdio.h>
-#include <stdlib.h>
-static long compute(const long *t, const int *idx, int n) {
-  long s = 0;
-#pragma omp parallel for reduction(+:s) schedule(static)
-  for (int i = 0; i < n; i++) s += t[idx[i]];
-  return s;
-}
-int main(int argc, char **argv) {
-  (void)argv;
-  int n = 4000 + argc;
-  long *t = malloc(8 * n); int *idx = malloc(4 * n);
-  for (int r = 0; r < 20; r++)
-    for (int i = 0; i < n; i++) { t[i] = i + r; idx[i] = (int)(((long)i * 31 + 7 + r) % n); }
-#pragma omp parallel
-  { if (n < 0) printf("-\n"); }
-  printf("%ld\n", compute(t, idx, n));
-  return 0;
-}
-"#,
-    )
-    .unwrap();
-    let o = Command::new("clang")
-        .args(["-O2", "-g", "-fopenmp", "-o", "omp", "omp.c"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "clang -fopenmp: {}", stderr(&o));
+    build_clang_omp(&dir, "static long", 20);
     assert!(
         ElfImage::open(&dir.join("omp"))
             .unwrap()
