@@ -312,6 +312,24 @@ fn assert_skips_exact(full: &Trace, sampled: &Trace) -> BTreeMap<u32, usize> {
     windows
 }
 
+/// `mgbench capture --backend qemu -o OUT HOW... COMMAND...` in `dir`, switching sampling by
+/// `switch` (`MGBENCH_QEMU_SWITCH`), Python's hash seed fixed; the trace it wrote.
+fn qemu_capture(dir: &Path, how: &[&str], out: &str, switch: &str, command: &[&str]) -> Trace {
+    let mut a = vec!["capture", "--backend", "qemu", "-o", out];
+    a.extend(how);
+    a.extend(command);
+    let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+        .args(&a)
+        .current_dir(dir)
+        .env("PYTHONHASHSEED", "0")
+        // The same variable in every run: the guest sees it in its environment.
+        .env("MGBENCH_QEMU_SWITCH", switch)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{command:?}: {}", stderr(&o));
+    read_trace(&dir.join(out))
+}
+
 #[test]
 fn switched_sampling_counts_every_skipped_access_exactly() {
     if !need_qemu("switched sampling") {
@@ -343,27 +361,15 @@ fn switched_sampling_counts_every_skipped_access_exactly() {
         ),
     ];
     for (prog, args, sampling) in cases {
-        let capture = |how: &[&str], out: &str, switch: &str| {
-            let mut a = vec!["capture", "--backend", "qemu", "-o", out];
-            a.extend(how);
-            let app = if prog.starts_with('/') {
-                prog.to_string()
-            } else {
-                app(prog)
-            };
-            a.push(&app);
-            a.extend(args);
-            let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
-                .args(&a)
-                .current_dir(&dir)
-                .env("PYTHONHASHSEED", "0")
-                // The same variable in every run: the guest sees it in its environment.
-                .env("MGBENCH_QEMU_SWITCH", switch)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{prog}: {}", stderr(&o));
-            read_trace(&dir.join(out))
+        let app = if prog.starts_with('/') {
+            prog.to_string()
+        } else {
+            app(prog)
         };
+        let mut command = vec![app.as_str()];
+        command.extend(args);
+        let capture =
+            |how: &[&str], out: &str, switch: &str| qemu_capture(&dir, how, out, switch, &command);
         let full = capture(&["--full"], "full.mgbt", "keyed");
         // Switched in place (QEMU 7.2 keeps both sets of translations) and by flushes.
         for switch in ["keyed", "flush"] {
@@ -468,17 +474,7 @@ fn vector_accesses_are_recorded_whole_and_their_skips_counted_exactly() {
     // Sampled, with skips counted by generated code: a vector instruction's pieces count one
     // access there too, exactly what the full trace has.
     let run = |how: &[&str], out: &str, switch: &str| {
-        let mut a = vec!["capture", "--backend", "qemu", "-o", out];
-        a.extend(how);
-        a.extend([prog.as_str(), "300"]);
-        let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
-            .args(&a)
-            .current_dir(&dir)
-            .env("MGBENCH_QEMU_SWITCH", switch)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
-        read_trace(&dir.join(out))
+        qemu_capture(&dir, how, out, switch, &[prog.as_str(), "300"])
     };
     let full = run(&["--full"], "full.mgbt", "keyed");
     for switch in ["keyed", "flush"] {
