@@ -446,17 +446,11 @@ fn vector_accesses_are_recorded_whole_and_their_skips_counted_exactly() {
     lackey_trace(&dir, &prog, &["2"]);
     let o = mgbench(&["capture", "--full", "-o", "q.mgbt", &prog, "2"], &dir);
     assert!(o.status.success(), "{}", stderr(&o));
-    let (lo, hi) = func_range(&prog, "main");
-    let counts = |p: &str| {
-        let mut c: BTreeMap<(u64, &'static str, u8), u64> = BTreeMap::new();
-        for ch in read_trace(&dir.join(p)).chunks {
-            for a in ch.accesses.iter().filter(|a| a.ip >= lo && a.ip < hi) {
-                *c.entry((a.ip, a.kind.as_str(), a.size)).or_default() += 1;
-            }
-        }
-        c
-    };
-    let (lackey, qemu) = (counts("lk.mgbt"), counts("q.mgbt"));
+    let main = func_range(&prog, "main");
+    let (lackey, qemu) = (
+        instruction_counts(&dir.join("lk.mgbt"), main),
+        instruction_counts(&dir.join("q.mgbt"), main),
+    );
     assert_eq!(
         qemu, lackey,
         "per-instruction load/store counts and sizes differ"
@@ -487,6 +481,107 @@ fn vector_accesses_are_recorded_whole_and_their_skips_counted_exactly() {
         assert!(windows >= 5, "{switch}: {windows} windows");
         let (switches, _) = switches_in(&sampled.notes);
         assert!(switches >= 2, "{switch}: {:?}", sampled.notes);
+    }
+}
+
+/// Accesses of a trace per (instruction, kind, size), of the instructions in [lo, hi).
+fn instruction_counts(
+    trace: &Path,
+    (lo, hi): (u64, u64),
+) -> BTreeMap<(u64, &'static str, u8), u64> {
+    let mut c = BTreeMap::new();
+    for ch in read_trace(trace).chunks {
+        for a in ch.accesses.iter().filter(|a| a.ip >= lo && a.ip < hi) {
+            *c.entry((a.ip, a.kind.as_str(), a.size)).or_default() += 1;
+        }
+    }
+    c
+}
+
+/// Locked read-modify-writes (and `xchg`, locked without a prefix); with a second argument
+/// the program first maps a page shared, after which QEMU runs it as if it had threads.
+const ATOMIC_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+static long v;
+static int w;
+int main(int argc, char **argv) {
+    int reps = argc > 1 ? atoi(argv[1]) : 1;
+    if (argc > 2 && mmap(0, 4096, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
+        return 1;
+    for (int i = 0; i < reps; i++) {
+        __atomic_fetch_add(&v, 1, __ATOMIC_SEQ_CST);
+        long e = v;
+        __atomic_compare_exchange_n(&v, &e, e + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        e = v + 1;
+        __atomic_compare_exchange_n(&v, &e, e + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        __atomic_exchange_n(&w, i, __ATOMIC_SEQ_CST);
+        w += __atomic_fetch_add(&w, 3, __ATOMIC_SEQ_CST);
+        __atomic_fetch_or(&v, 1L << (i & 31), __ATOMIC_SEQ_CST);
+    }
+    printf("%ld %d\n", v, w);
+    return 0;
+}
+"#;
+
+#[test]
+fn atomic_read_modify_writes_are_a_load_and_a_store_serial_or_parallel() {
+    if !need_qemu("atomic read-modify-writes") {
+        return;
+    }
+    let dir = temp_dir("atomic");
+    build_c(&dir, "atomic", ATOMIC_C, &["-O1", "-g", "-no-pie"]);
+    let prog = dir.join("atomic").display().to_string();
+    let main = func_range(&prog, "main");
+    // ptrace records each locked instruction as a load and a store of its address. So does
+    // QEMU while it runs the program serially; run in parallel (here from the shared
+    // mapping on), QEMU performs it as one access that both loads and stores, which the
+    // plugin records as its load and its store.
+    for shared in [&[][..], &["shared"][..]] {
+        let counts = |backend: &str| {
+            let mut a = vec![
+                "capture",
+                "--backend",
+                backend,
+                "--full",
+                "-o",
+                "t.mgbt",
+                &prog,
+            ];
+            a.push("100");
+            a.extend(shared);
+            let o = mgbench(&a, &dir);
+            assert!(o.status.success(), "{}", stderr(&o));
+            instruction_counts(&dir.join("t.mgbt"), main)
+        };
+        let ptrace = counts("ptrace");
+        // lock add, 2 x lock cmpxchg, xchg, lock xadd, lock or: a load and a store each.
+        let locked = ptrace
+            .iter()
+            .filter(|(k, &n)| k.1 == "store" && n == 100)
+            .count();
+        assert!(locked >= 6, "{ptrace:?}");
+        assert_eq!(
+            counts("qemu"),
+            ptrace,
+            "{shared:?}: per-instruction load/store counts differ from ptrace's"
+        );
+        // Counted inline, such an instruction counts its load and store in both ways.
+        let mut command = vec![prog.as_str(), "300000"];
+        command.extend(shared);
+        let full = qemu_capture(&dir, &["--full"], "full.mgbt", "keyed", &command);
+        for switch in ["keyed", "flush"] {
+            let sampled = qemu_capture(
+                &dir,
+                &["--sample-window", "1024", "--sample-period", "263168"],
+                "s.mgbt",
+                switch,
+                &command,
+            );
+            let windows: usize = assert_skips_exact(&full, &sampled).values().sum();
+            assert!(windows >= 5, "{shared:?} {switch}: {windows} windows");
+        }
     }
 }
 

@@ -778,6 +778,12 @@ extern "C" fn joined_mem_cb(
     let Some((ip, info)) = join_piece(data, addr, info, decode(info)) else {
         return;
     };
+    route(data, vcpu, info, addr, ip);
+}
+
+/// Hands an access of the instruction at `ip` to the callback its user data `data` names.
+#[inline]
+fn route(data: u64, vcpu: c_uint, info: u32, addr: u64, ip: u64) {
     let ip = ip as *mut c_void;
     if data & JOINED_INLINED != 0 {
         roi_inlined_cb(vcpu, info, addr, ip);
@@ -785,6 +791,25 @@ extern "C" fn joined_mem_cb(
         roi_mem_cb(vcpu, info, addr, ip);
     } else {
         mem_cb(vcpu, info, addr, ip);
+    }
+}
+
+/// The memory callback of a locked read-modify-write instruction (see `pieces`): an atomic
+/// access that both loads and stores goes on as the load and the store.
+extern "C" fn atomic_mem_cb(
+    vcpu: c_uint,
+    info: qemu_plugin_meminfo_t,
+    addr: u64,
+    udata: *mut c_void,
+) {
+    let data = udata as u64;
+    let ip = data & JOINED_IP;
+    match pieces::split_rmw(info) {
+        Some((load, store)) => {
+            route(data, vcpu, load, addr, ip);
+            route(data, vcpu, store, addr, ip);
+        }
+        None => route(data, vcpu, info, addr, ip),
     }
 }
 
@@ -1056,18 +1081,20 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             _ => {}
         }
         let pieces = pieces::pieces_of(bytes);
+        let route = if in_inlined {
+            JOINED_INLINED
+        } else if p.cfg.roi_mode == RoiMode::Inclusive {
+            JOINED_ROI
+        } else {
+            0
+        };
         let (cb, data): (MemCb, u64) = if pieces > 1 {
-            let route = if in_inlined {
-                JOINED_INLINED
-            } else if p.cfg.roi_mode == RoiMode::Inclusive {
-                JOINED_ROI
-            } else {
-                0
-            };
             (
                 joined_mem_cb,
                 vaddr | route | (u64::from(pieces) << JOINED_PIECES_SHIFT),
             )
+        } else if pieces::is_atomic_rmw(bytes) {
+            (atomic_mem_cb, vaddr | route)
         } else if in_inlined {
             let call = if is_call(bytes) { INLINED_CALL } else { 0 };
             (roi_inlined_cb, vaddr | call)
@@ -1107,6 +1134,14 @@ unsafe fn insn_bytes<'a>(insn: *mut qemu_plugin_insn) -> &'a [u8] {
 /// One inline add to counter `c` per memory access of the TB (the counting mode of `switch`),
 /// its instructions taking the counter's lanes in turn; an instruction whose accesses QEMU
 /// performs in pieces adds per piece to lanes that count them so (see `pieces`).
+///
+/// A locked read-modify-write adds 2, filtered to loads, so that it counts its load and store
+/// once per execution whether QEMU performs them apart (serially) or as one access that is
+/// both (in parallel; see `pieces`). QEMU 7.2 runs a filtered add at an access of its helpers
+/// when the kinds meet (a load and store is both), but at a translated load only where the
+/// filter takes stores and at a translated store always: so the add runs at the store there.
+/// (Where a translated load meets the load filter instead, it runs at the load.) A
+/// `cmpxchg16b`, two loads and two stores of a helper when serial, adds 2 at each load.
 fn register_counting(tb: *mut qemu_plugin_tb, c: usize) {
     // SAFETY: `tb` is valid during the translation callback that passes it.
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
@@ -1115,14 +1150,15 @@ fn register_counting(tb: *mut qemu_plugin_tb, c: usize) {
         // u64 on a counter page that lives until exit.
         unsafe {
             let insn = qemu_plugin_tb_get_insn(tb, i);
-            let pieces = pieces::pieces_of(insn_bytes(insn));
-            qemu_plugin_register_vcpu_mem_inline(
-                insn,
-                QEMU_PLUGIN_MEM_RW,
-                QEMU_PLUGIN_INLINE_ADD_U64,
-                switch::lane_ptr(c, i, pieces).cast(),
-                1,
-            )
+            let bytes = insn_bytes(insn);
+            let pieces = pieces::pieces_of(bytes);
+            let lane = switch::lane_ptr(c, i, pieces).cast();
+            let (rw, add) = if pieces == 1 && pieces::is_atomic_rmw(bytes) {
+                (QEMU_PLUGIN_MEM_R, 2)
+            } else {
+                (QEMU_PLUGIN_MEM_RW, 1)
+            };
+            qemu_plugin_register_vcpu_mem_inline(insn, rw, QEMU_PLUGIN_INLINE_ADD_U64, lane, add);
         };
     }
 }
@@ -1158,6 +1194,8 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
                     rdx_joined_mem_cb,
                     vaddr | (u64::from(pieces) << JOINED_PIECES_SHIFT),
                 )
+            } else if pieces::is_atomic_rmw(insn_bytes(insn)) {
+                (rdx_atomic_mem_cb, vaddr)
             } else {
                 (rdx::mem_cb, vaddr)
             };
@@ -1169,6 +1207,23 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
                 data as *mut c_void,
             );
         }
+    }
+}
+
+/// Live RDX's [`atomic_mem_cb`]: an atomic access that both loads and stores is two accesses,
+/// as the inline counter counts it.
+extern "C" fn rdx_atomic_mem_cb(
+    vcpu: c_uint,
+    info: qemu_plugin_meminfo_t,
+    addr: u64,
+    udata: *mut c_void,
+) {
+    match pieces::split_rmw(info) {
+        Some((load, store)) => {
+            rdx::mem_cb(vcpu, load, addr, udata);
+            rdx::mem_cb(vcpu, store, addr, udata);
+        }
+        None => rdx::mem_cb(vcpu, info, addr, udata),
     }
 }
 

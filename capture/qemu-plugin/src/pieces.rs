@@ -1,4 +1,6 @@
-//! Vector accesses that QEMU performs in pieces, joined back into one access each.
+//! Accesses that QEMU performs otherwise than ptrace and Valgrind record them: vector
+//! accesses in pieces, joined back into one access each, and atomic read-modify-writes as
+//! one access, split into their load and store.
 //!
 //! QEMU 7.2 performs an SSE or AVX load or store of 16 or 32 bytes as 2 or 4 loads or stores
 //! of 8 bytes, in address order, and each piece reaches the plugin (a memory callback, an
@@ -16,12 +18,47 @@
 //!
 //! Both ways count one access per execution, so skip counts stay exact: the pieces of one
 //! execution all run in one mode (a switch takes effect between translation blocks).
+//!
+//! A locked read-modify-write (`lock add`, `lock cmpxchg`, `xchg` with memory) is a load and
+//! a store of the same address, as ptrace records it. QEMU performs it so while it runs the
+//! guest serially; once it runs it in parallel (from the guest's second thread, or its first
+//! shared mapping: a `MAP_SHARED` file such as glibc's `gconv-modules.cache` is enough), it
+//! performs it with one atomic access that both loads and stores, reported once. Such an
+//! instruction's callback records that report as its load and its store ([`split_rmw`]), and
+//! its inline add counts 2 and is filtered to loads (see the plugin's `register_counting`):
+//! it then runs once per execution either way.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
 use mgbench_capture::trace::AccessKind;
+
+/// Whether an instruction is a locked read-modify-write of memory (a `lock` prefix, or `xchg`
+/// with memory, locked without one) that QEMU performs with one atomic access when it runs
+/// the guest in parallel (not `lock neg`: a load, then a compare-and-swap loop).
+pub fn is_atomic_rmw(bytes: &[u8]) -> bool {
+    if !bytes
+        .iter()
+        .take(15)
+        .any(|&b| matches!(b, 0xf0 | 0x86 | 0x87))
+    {
+        return false;
+    }
+    let i = Decoder::new(64, bytes, DecoderOptions::NONE).decode();
+    let memory = (0..i.op_count()).any(|k| i.op_kind(k) == OpKind::Memory);
+    memory
+        && (i.has_lock_prefix() || i.mnemonic() == Mnemonic::Xchg)
+        && i.mnemonic() != Mnemonic::Neg
+}
+
+/// The load and the store an access `info` of an atomic helper stands for, where it is both
+/// (QEMU 7.2: load and store bits 16 and 17); `None` for a plain load or store.
+pub fn split_rmw(info: u32) -> Option<(u32, u32)> {
+    const R: u32 = 1 << 16;
+    const W: u32 = 2 << 16;
+    (info & (R | W) == R | W).then(|| (info & !W, info & !R))
+}
 
 /// Whether pieces are joined: set at start once [`widen`] is known to work on this QEMU's
 /// meminfo values (else every piece stays an access, counted as one everywhere).
@@ -203,6 +240,28 @@ mod tests {
         for (bytes, want) in cases {
             assert_eq!(pieces_of(bytes), want, "{bytes:02x?}");
         }
+    }
+
+    #[test]
+    fn locked_read_modify_writes_are_found_and_their_atomic_access_split() {
+        let cases: [(&[u8], bool); 7] = [
+            (&[0xf0, 0x49, 0x01, 0x06], true),       // lock add [r14], rax
+            (&[0xf0, 0x0f, 0xb1, 0x17], true),       // lock cmpxchg [rdi], edx
+            (&[0x48, 0x87, 0x07], true),             // xchg [rdi], rax: locked without prefix
+            (&[0x48, 0x87, 0xc3], false),            // xchg rbx, rax: no memory
+            (&[0x49, 0x01, 0x06], false),            // add [r14], rax: not locked
+            (&[0xf0, 0x48, 0xf7, 0x1f], false),      // lock neg [rdi]: a load and a CAS loop
+            (&[0xf0, 0x48, 0x0f, 0xc1, 0x07], true), // lock xadd [rdi], rax
+        ];
+        for (bytes, want) in cases {
+            assert_eq!(is_atomic_rmw(bytes), want, "{bytes:02x?}");
+        }
+        let rw = (3 << 4) | (3 << 16);
+        let (load, store) = split_rmw(rw).unwrap();
+        assert_eq!(decode(load), (8, AccessKind::Load));
+        assert_eq!(decode(store), (8, AccessKind::Store));
+        assert_eq!(split_rmw(LOAD8), None);
+        assert_eq!(split_rmw(STORE8), None);
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub const QEMU_PLUGIN_CB_NO_REGS: c_int = 0;
 /// The callback reads guest registers (QEMU writes them back to its CPU state first).
 pub const QEMU_PLUGIN_CB_R_REGS: c_int = 1;
 /// `enum qemu_plugin_mem_rw`
+pub const QEMU_PLUGIN_MEM_R: c_int = 1;
 pub const QEMU_PLUGIN_MEM_RW: c_int = 3;
 
 pub type tb_trans_cb = extern "C" fn(qemu_plugin_id_t, *mut qemu_plugin_tb);
