@@ -57,7 +57,7 @@ pub fn is_atomic_rmw(bytes: &[u8]) -> bool {
 pub fn split_rmw(info: u32) -> Option<(u32, u32)> {
     const R: u32 = 1 << 16;
     const W: u32 = 2 << 16;
-    (info & (R | W) == R | W).then(|| (info & !W, info & !R))
+    (info & (R | W) == R | W).then_some((info & !W, info & !R))
 }
 
 /// Whether pieces are joined: set at start once [`widen`] is known to work on this QEMU's
