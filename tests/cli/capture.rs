@@ -548,8 +548,8 @@ fn atomic_read_modify_writes_are_a_load_and_a_store_serial_or_parallel() {
                 "-o",
                 "t.mgbt",
                 &prog,
+                "100",
             ];
-            a.push("100");
             a.extend(shared);
             let o = mgbench(&a, &dir);
             assert!(o.status.success(), "{}", stderr(&o));

@@ -803,13 +803,8 @@ extern "C" fn atomic_mem_cb(
     udata: *mut c_void,
 ) {
     let data = udata as u64;
-    let ip = data & JOINED_IP;
-    match pieces::split_rmw(info) {
-        Some((load, store)) => {
-            route(data, vcpu, load, addr, ip);
-            route(data, vcpu, store, addr, ip);
-        }
-        None => route(data, vcpu, info, addr, ip),
+    for info in pieces::split_rmw(info) {
+        route(data, vcpu, info, addr, data & JOINED_IP);
     }
 }
 
@@ -1218,12 +1213,8 @@ extern "C" fn rdx_atomic_mem_cb(
     addr: u64,
     udata: *mut c_void,
 ) {
-    match pieces::split_rmw(info) {
-        Some((load, store)) => {
-            rdx::mem_cb(vcpu, load, addr, udata);
-            rdx::mem_cb(vcpu, store, addr, udata);
-        }
-        None => rdx::mem_cb(vcpu, info, addr, udata),
+    for info in pieces::split_rmw(info) {
+        rdx::mem_cb(vcpu, info, addr, udata);
     }
 }
 

@@ -52,12 +52,18 @@ pub fn is_atomic_rmw(bytes: &[u8]) -> bool {
         && i.mnemonic() != Mnemonic::Neg
 }
 
-/// The load and the store an access `info` of an atomic helper stands for, where it is both
-/// (QEMU 7.2: load and store bits 16 and 17); `None` for a plain load or store.
-pub fn split_rmw(info: u32) -> Option<(u32, u32)> {
+/// The accesses a report `info` stands for: the load and the store of an atomic helper's
+/// access that is both (QEMU 7.2: load and store bits 16 and 17), else the load or store
+/// itself.
+pub fn split_rmw(info: u32) -> impl Iterator<Item = u32> {
     const R: u32 = 1 << 16;
     const W: u32 = 2 << 16;
-    (info & (R | W) == R | W).then_some((info & !W, info & !R))
+    let parts = if info & (R | W) == R | W {
+        [Some(info & !W), Some(info & !R)]
+    } else {
+        [Some(info), None]
+    };
+    parts.into_iter().flatten()
 }
 
 /// Whether pieces are joined: set at start once [`widen`] is known to work on this QEMU's
@@ -257,11 +263,10 @@ mod tests {
             assert_eq!(is_atomic_rmw(bytes), want, "{bytes:02x?}");
         }
         let rw = (3 << 4) | (3 << 16);
-        let (load, store) = split_rmw(rw).unwrap();
-        assert_eq!(decode(load), (8, AccessKind::Load));
-        assert_eq!(decode(store), (8, AccessKind::Store));
-        assert_eq!(split_rmw(LOAD8), None);
-        assert_eq!(split_rmw(STORE8), None);
+        let parts: Vec<_> = split_rmw(rw).map(decode).collect();
+        assert_eq!(parts, [(8, AccessKind::Load), (8, AccessKind::Store)]);
+        assert_eq!(split_rmw(LOAD8).collect::<Vec<_>>(), [LOAD8]);
+        assert_eq!(split_rmw(STORE8).collect::<Vec<_>>(), [STORE8]);
     }
 
     #[test]
