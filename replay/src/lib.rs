@@ -656,6 +656,8 @@ pub(crate) fn measured_record(
     let bytes = c.bytes();
     let bandwidth = bandwidth_mbs(bytes, summary.min);
     let accesses = bytes / 8;
+    let mut notes = c.notes.clone();
+    notes.extend(measure::short_run(summary.min, c.count));
     ReplayRecord {
         schema_version: record::SCHEMA_VERSION,
         name: c.name.clone(),
@@ -702,7 +704,7 @@ pub(crate) fn measured_record(
         atomic: config.atomic && c.kernel.kind().is_scatter_like(),
         pinned: false,
         timer: WallClock.name().to_string(),
-        notes: c.notes.clone(),
+        notes,
         mpi: None,
         device: None,
         gpu: None,

@@ -54,7 +54,7 @@ enum Command {
     /// Turn results, pattern files and analyses into one self-contained HTML page of figures.
     Report(report::ReportArgs),
     /// Featherlight reuse distance (RDX): sampled use/reuse pairs and their time and stack
-    /// distance histograms, over a full trace (--rdx TRACE).
+    /// distance histograms, over a full trace (--rdx TRACE) or live (-- PROGRAM).
     Reuse(Box<reuse::ReuseArgs>),
     /// Location zoom: hot regions of heap, stack and data (with the code that touches
     /// them), and the execution-interval tree of footprint and reuse.

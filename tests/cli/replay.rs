@@ -131,6 +131,59 @@ fn table_output_and_csv_output() {
     assert!(!out.contains("racy by design"));
 }
 
+/// A configuration whose runs take microseconds measures the clock and the start of the
+/// threads, not memory: its record says so and names a count that would take about 1 ms.
+#[test]
+fn runs_too_short_to_time_name_the_count_that_would_do() {
+    let dir = temp_dir("short-run");
+    let tiny = [
+        "replay",
+        "-p",
+        "0,1,2,3",
+        "-l",
+        "4",
+        "-t",
+        "1",
+        "--no-stream",
+        "--no-save",
+    ];
+    let o = mgbench(&[&tiny[..], &["-f", "json"]].concat(), &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = &v[0];
+    let min = r["min_time_s"].as_f64().unwrap();
+    assert!(min < 100e-6, "4 iterations of 4 indices took {min} s");
+    let note = r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.contains("too short to time"))
+        .unwrap_or_else(|| panic!("no note on the short runs: {}", r["notes"]));
+    // The count named runs about a millisecond at the measured pace: 4 x 1 ms / min.
+    let count: f64 = note
+        .split("a count of about ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {note:?}"));
+    let expected = (4.0 * 1e-3 / min).round();
+    assert!(
+        (count - expected).abs() <= 1.0,
+        "{count} vs {expected}: {note}"
+    );
+    // The table flags the row and shows its time in digits, not as 0.000000.
+    let o = mgbench(&tiny, &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("inline") || l.contains(" gather "))
+        .unwrap_or_else(|| panic!("no row: {out}"));
+    assert!(row.contains("too short to time (see its note)"), "{row}");
+    assert!(row.contains("e-") && !row.contains("0.000000"), "{row}");
+}
+
 #[test]
 fn stream_json_has_the_documented_keys() {
     let dir = temp_dir("stream");

@@ -2,6 +2,7 @@
 //! ([`TableExporter::header`], [`TableExporter::row`]).
 
 use super::{ExportError, Exporter};
+use crate::measure::SHORT_RUN_S;
 use crate::plan::human_bytes;
 use crate::record::{ReplayRecord, StreamRecord};
 
@@ -67,6 +68,9 @@ impl TableExporter {
                 ));
             }
         }
+        if r.min_time_s < SHORT_RUN_S {
+            flags.push("too short to time (see its note)".to_string());
+        }
         if let Some(a) = &r.apex {
             flags.push(format!(
                 "L={} K={} M={}: {:.2} ns/access",
@@ -78,7 +82,7 @@ impl TableExporter {
             None => r.delta.to_string(),
         };
         format!(
-            "{:<28} {:<12} {:>7} {:>7} {:>9} {:>4} {:>10} {:>11.6} {:>12.1} {:>8}  {}\n",
+            "{:<28} {:<12} {:>7} {:>7} {:>9} {:>4} {:>10} {:>11} {:>12.1} {:>8}  {}\n",
             truncate(&r.name, 28),
             r.kernel.as_str(),
             r.pattern_len,
@@ -86,7 +90,12 @@ impl TableExporter {
             r.count,
             r.threads,
             human_bytes(r.bytes as u128),
-            r.min_time_s,
+            // Under a millisecond six decimals would show a few digits or none.
+            if r.min_time_s < 1e-3 {
+                format!("{:.3e}", r.min_time_s)
+            } else {
+                format!("{:.6}", r.min_time_s)
+            },
             r.bandwidth_mbs,
             pct,
             flags.join(", ")
