@@ -92,6 +92,15 @@ fn compare_prints_table_json_and_csv() {
         t.contains("hbm-node") && t.contains("threads differ"),
         "{t}"
     );
+    // The fixtures' fastest runs of laplacian-2d take 31 and 67 us on two of the machines.
+    let row = t
+        .lines()
+        .find(|l| l.starts_with("laplacian-2d "))
+        .unwrap_or_else(|| panic!("no laplacian-2d row: {t}"));
+    assert!(
+        row.contains("too short to time on hbm-node, ddr-node (under 100 us a run"),
+        "{row}"
+    );
     assert!(
         stderr(&o).contains("MPI or GPU-sweep record(s) left out"),
         "{}",
