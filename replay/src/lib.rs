@@ -617,7 +617,14 @@ pub fn build_record(
     stream: Option<&StreamRecord>,
     host: &Host,
 ) -> ReplayRecord {
-    let mut r = measured_record(p, config, times, stream.map(|s| s.copy_mbs), host);
+    let mut r = measured_record(
+        p,
+        config,
+        times,
+        stream.map(|s| s.copy_mbs),
+        host,
+        pool.start_cost(),
+    );
     if p.racy {
         r.notes.push(format!(
             "racy by design: {} threads may write the same element, so the sparse values are \
@@ -638,13 +645,15 @@ pub fn build_record(
 
 /// The fields every backend fills alike: the configuration, Spatter's byte accounting, the
 /// timing summary and the STREAM comparison (`backend` "cpu", one thread, wall clock: the
-/// caller adjusts what differs).
+/// caller adjusts what differs). `start_s`: what starting a run costs on that backend (a
+/// note says when the runs are too short for it).
 pub(crate) fn measured_record(
     p: &Planned,
     config: &ReplayConfig,
     times: Vec<f64>,
     stream_copy: Option<f64>,
     host: &Host,
+    start_s: f64,
 ) -> ReplayRecord {
     let c = &p.config;
     let summary = Summary::of(&times).unwrap_or(Summary {
@@ -657,7 +666,7 @@ pub(crate) fn measured_record(
     let bandwidth = bandwidth_mbs(bytes, summary.min);
     let accesses = bytes / 8;
     let mut notes = c.notes.clone();
-    notes.extend(measure::short_run(summary.min, c.count));
+    notes.extend(measure::short_run(summary.min, c.count, start_s));
     ReplayRecord {
         schema_version: record::SCHEMA_VERSION,
         name: c.name.clone(),

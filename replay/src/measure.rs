@@ -86,19 +86,23 @@ pub fn bandwidth_mbs(bytes: u64, seconds: f64) -> f64 {
     }
 }
 
-/// Timed runs shorter than this are too short for a memory bandwidth: the clock and the
-/// start of the work (waking the pool's threads, launching a kernel) weigh in, and so few
-/// bytes stay in caches. Here a 64-byte gather on 2 threads took 0.2 us, all of it start.
-pub const SHORT_RUN_S: f64 = 100e-6;
+/// What the note on a run too short to time says first (`table` and `compare` flag the
+/// records that carry it).
+pub const SHORT_RUN: &str = "too short to time";
+
+/// A run is too short to time when starting it takes this share of its time or more: the
+/// bandwidth then comes out at least that much low.
+const START_SHARE: f64 = 0.1;
 
 /// A run takes about this long at the count [`short_run`] suggests.
 const LONG_ENOUGH_S: f64 = 1e-3;
 
-/// For a configuration of `count` iterations whose fastest run took `min_s` seconds: `None`
-/// when it is long enough to time, else what to say and the count that would take about a
-/// millisecond.
-pub fn short_run(min_s: f64, count: usize) -> Option<String> {
-    if min_s.is_nan() || min_s >= SHORT_RUN_S {
+/// For a configuration of `count` iterations whose fastest run took `min_s` seconds, where
+/// starting a run (waking the threads, launching a kernel) takes `start_s`: `None` when the
+/// start is under a tenth of the run, else what to say, with the count that would take
+/// about a millisecond.
+pub fn short_run(min_s: f64, count: usize, start_s: f64) -> Option<String> {
+    if min_s.is_nan() || start_s.is_nan() || min_s >= start_s / START_SHARE {
         return None;
     }
     let factor = if min_s > 0.0 {
@@ -108,9 +112,10 @@ pub fn short_run(min_s: f64, count: usize) -> Option<String> {
     };
     let suggested = (count as f64 * factor).round().min(u64::MAX as f64) as u64;
     Some(format!(
-        "the fastest run took {} (under {:.0} us): too short to time a memory bandwidth (the clock and starting the work weigh in, and data this small stays in cache); a count of about {suggested} (\"count\" in the config, -l inline) takes about a millisecond",
+        "{SHORT_RUN}: the fastest run took {}, and starting a run alone takes about {} here, so the bandwidth is {:.0}% low or more; a count of about {suggested} (\"count\" in the config, -l inline) takes about a millisecond",
         seconds(min_s),
-        SHORT_RUN_S * 1e6
+        seconds(start_s),
+        (100.0 * start_s / min_s.max(start_s)).floor()
     ))
 }
 
@@ -131,14 +136,28 @@ mod tests {
 
     #[test]
     fn runs_too_short_to_time_say_which_count_would_do() {
-        assert_eq!(short_run(2e-3, 16), None);
-        assert_eq!(short_run(SHORT_RUN_S, 16), None);
-        assert_eq!(short_run(f64::NAN, 16), None, "no runs: nothing timed");
-        let note = short_run(2e-6, 3).expect("2 us is too short");
-        assert!(note.contains("2.0 us"), "{note}");
+        // Starting takes under a tenth of the run: timed.
+        assert_eq!(short_run(2e-3, 16, 2e-7), None);
+        assert_eq!(short_run(2e-6, 16, 2e-7), None);
+        assert_eq!(
+            short_run(f64::NAN, 16, 2e-7),
+            None,
+            "no runs: nothing timed"
+        );
+        let note = short_run(2e-6, 3, 4e-7).expect("a fifth of the run is its start");
+        assert!(note.starts_with(SHORT_RUN), "{note}");
+        assert!(
+            note.contains("took 2.0 us") && note.contains("about 0.4 us"),
+            "{note}"
+        );
+        assert!(note.contains("20% low"), "{note}");
         assert!(note.contains("a count of about 1500 "), "{note}");
         // A zero-time run (a coarse clock) still gets advice, not a division by zero.
-        assert!(short_run(0.0, 1).unwrap().contains("about 1000 "));
+        let zero = short_run(0.0, 1, 1e-6).unwrap();
+        assert!(
+            zero.contains("about 1000 ") && zero.contains("100% low"),
+            "{zero}"
+        );
         assert_eq!(seconds(0.035), "35.00 ms");
         assert_eq!(seconds(2.0), "2.00 s");
     }

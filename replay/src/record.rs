@@ -143,6 +143,15 @@ pub struct ReplayRecord {
     pub time: String,
 }
 
+impl ReplayRecord {
+    /// Its runs were too short to time (a note says so, with the count that would do).
+    pub fn too_short_to_time(&self) -> bool {
+        self.notes
+            .iter()
+            .any(|n| n.starts_with(crate::measure::SHORT_RUN))
+    }
+}
+
 /// How a configuration is spread over MPI ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

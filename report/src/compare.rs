@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use mgbench_replay::config::KernelKind;
 use mgbench_replay::gpu::GpuStreamRecord;
-use mgbench_replay::measure::SHORT_RUN_S;
 use mgbench_replay::record::{Host, ReplayRecord, StreamRecord};
 use serde::Serialize;
 
@@ -318,19 +317,19 @@ pub fn compare(
             if !missing.is_empty() {
                 flags.push(format!("not run on {}", missing.join(", ")));
             }
-            // A bandwidth from runs of microseconds is the clock's and the threads' start's
-            // (see the record's note): its ratios say little about the machines' memory.
+            // A bandwidth from runs that starting them takes a tenth of or more is low by
+            // as much (the record's note): its ratios say little about the machines' memory.
             let short: Vec<&str> = per
                 .iter()
                 .zip(&machines)
-                .filter(|(rs, _)| rs.iter().any(|r| r.min_time_s < SHORT_RUN_S))
+                .filter(|(rs, _)| rs.iter().any(|r| r.too_short_to_time()))
                 .map(|(_, m)| m.name.as_str())
                 .collect();
             if !short.is_empty() {
                 flags.push(format!(
-                    "too short to time on {} (under {:.0} us a run: raise its count)",
-                    short.join(", "),
-                    SHORT_RUN_S * 1e6
+                    "{} on {} (raise its count: see the record's note)",
+                    mgbench_replay::measure::SHORT_RUN,
+                    short.join(", ")
                 ));
             }
             Row {

@@ -2,7 +2,6 @@
 //! ([`TableExporter::header`], [`TableExporter::row`]).
 
 use super::{ExportError, Exporter};
-use crate::measure::SHORT_RUN_S;
 use crate::plan::human_bytes;
 use crate::record::{ReplayRecord, StreamRecord};
 
@@ -68,8 +67,8 @@ impl TableExporter {
                 ));
             }
         }
-        if r.min_time_s < SHORT_RUN_S {
-            flags.push("too short to time (see its note)".to_string());
+        if r.too_short_to_time() {
+            flags.push(format!("{} (see its note)", crate::measure::SHORT_RUN));
         }
         if let Some(a) = &r.apex {
             flags.push(format!(
