@@ -111,11 +111,18 @@ pub fn short_run(min_s: f64, count: usize, start_s: f64) -> Option<String> {
         1e3
     };
     let suggested = (count as f64 * factor).round().min(u64::MAX as f64) as u64;
+    let low = if start_s < min_s {
+        format!(
+            "so the bandwidth is {:.0}% low or more",
+            (100.0 * start_s / min_s).floor()
+        )
+    } else {
+        "so the bandwidth says nothing of memory".to_string()
+    };
     Some(format!(
-        "{SHORT_RUN}: the fastest run took {}, and starting a run alone takes about {} here, so the bandwidth is {:.0}% low or more; a count of about {suggested} (\"count\" in the config, -l inline) takes about a millisecond",
+        "{SHORT_RUN}: the fastest run took {}, and starting a run alone takes about {} here, {low}; a count of about {suggested} (\"count\" in the config, -l inline) takes about a millisecond",
         seconds(min_s),
         seconds(start_s),
-        (100.0 * start_s / min_s.max(start_s)).floor()
     ))
 }
 
@@ -155,9 +162,12 @@ mod tests {
         // A zero-time run (a coarse clock) still gets advice, not a division by zero.
         let zero = short_run(0.0, 1, 1e-6).unwrap();
         assert!(
-            zero.contains("about 1000 ") && zero.contains("100% low"),
+            zero.contains("about 1000 ") && zero.contains("says nothing"),
             "{zero}"
         );
+        // No longer than its start (a GPU launch timed at 5.9 us against 6 us).
+        let launch = short_run(5.9e-6, 1, 6e-6).unwrap();
+        assert!(launch.contains("says nothing of memory"), "{launch}");
         assert_eq!(seconds(0.035), "35.00 ms");
         assert_eq!(seconds(2.0), "2.00 s");
     }
