@@ -42,9 +42,6 @@ pub const DEFAULT_STREAM_ELEMENTS: usize = 1 << 25;
 pub const DEFAULT_STREAM_NTIMES: usize = 10;
 /// Threads per block of the dot kernel (MG_DOT_BLOCK in babelstream.cu).
 pub const DOT_BLOCK: u32 = 256;
-/// What a kernel launch costs in a timed run (its events included): a 64-byte gather, one
-/// block, timed 6.2 us on an H200 (2026-11-27), as did one of 1 KiB; 64 KiB took 6.4 us.
-const LAUNCH_S: f64 = 6e-6;
 /// BabelStream's start values and scalar.
 pub const STREAM_INIT: (f64, f64, f64) = (0.1, 0.2, 0.0);
 pub const STREAM_SCALAR: f64 = 0.4;
@@ -368,6 +365,20 @@ pub trait GpuDevice {
     fn time(&mut self, job: &GpuJob<'_>) -> Result<Vec<f64>, GpuError>;
     /// Runs BabelStream on arrays of `elements` doubles, `ntimes` iterations.
     fn stream(&mut self, elements: usize, ntimes: usize) -> Result<StreamRun, GpuError>;
+    /// What starting a timed run costs, its events included: the fastest of 20 GPU STREAM
+    /// copies of one element, one block (an H200: 5.9-6.2 us, as a one-block gather of 64
+    /// bytes; 64 KiB took 6.4 us).
+    fn launch_cost(&mut self) -> Result<f64, GpuError> {
+        self.stream(1, LAUNCH_PROBES).map(|run| fastest_copy(&run))
+    }
+}
+
+/// GPU STREAM iterations of the launch probe (the first is dropped).
+const LAUNCH_PROBES: usize = 21;
+
+/// The fastest copy of a GPU STREAM run.
+fn fastest_copy(run: &StreamRun) -> f64 {
+    run.times[0].iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 /// Opens CUDA device `ordinal`: checks for the driver library and NVRTC before touching
@@ -633,6 +644,8 @@ pub fn run_gpu(
         }
         None => None,
     };
+    // Unknown where the probe fails: records then say nothing of runs too short to time.
+    let launch_s = dev.launch_cost().unwrap_or(f64::NAN);
     let mut records = Vec::new();
     for (index, p) in planned.iter().enumerate() {
         on_event(Event::Running {
@@ -640,10 +653,16 @@ pub fn run_gpu(
             index,
             total: planned.len(),
         });
+        let run = Run {
+            config,
+            stream: stream.as_ref(),
+            host: &host,
+            launch_s,
+        };
         let new = if opts.sweep {
-            sweep(p, config, opts, dev, stream.as_ref(), &host)?
+            sweep(p, &run, opts, dev)?
         } else {
-            vec![run_planned(p, config, dev, stream.as_ref(), &host, None)?]
+            vec![run_planned(p, &run, dev, None)?]
         };
         for r in new {
             on_event(Event::Record(&r));
@@ -669,15 +688,22 @@ fn check_config(p: &Planned, atomic: bool) -> Result<(), GpuError> {
     Ok(())
 }
 
+/// What every configuration of one `run_gpu` shares.
+struct Run<'a> {
+    config: &'a ReplayConfig,
+    stream: Option<&'a GpuStreamRecord>,
+    host: &'a Host,
+    /// [`GpuDevice::launch_cost`] (NaN: unknown).
+    launch_s: f64,
+}
+
 /// The throughput sweep of one configuration; stops early (with a note) at the first step
 /// whose buffers do not fit in device memory.
 fn sweep(
     p: &Planned,
-    config: &ReplayConfig,
+    run: &Run<'_>,
     opts: &GpuOptions,
     dev: &mut dyn GpuDevice,
-    stream: Option<&GpuStreamRecord>,
-    host: &Host,
 ) -> Result<Vec<ReplayRecord>, ReplayError> {
     let len = opts.sweep_len.unwrap_or(DEFAULT_SWEEP_LEN);
     let (steps, truncated_from) = sweep_configs(&p.config, len);
@@ -711,7 +737,7 @@ fn sweep(
             truncated_from,
             plateau_count: None,
         };
-        match run_planned(&step, config, dev, stream, host, Some(info)) {
+        match run_planned(&step, run, dev, Some(info)) {
             Ok(r) => records.push(r),
             Err(ReplayError::Gpu(GpuError::TooLarge {
                 need, free, total, ..
@@ -758,12 +784,11 @@ fn sweep(
 /// Checks device memory, times one planned configuration and builds its record.
 fn run_planned(
     p: &Planned,
-    config: &ReplayConfig,
+    run: &Run<'_>,
     dev: &mut dyn GpuDevice,
-    stream: Option<&GpuStreamRecord>,
-    host: &Host,
     sweep: Option<SweepStep>,
 ) -> Result<ReplayRecord, ReplayError> {
+    let config = run.config;
     let c = &p.config;
     let need = device_bytes(&p.footprint);
     let (free, total) = dev.memory()?;
@@ -802,36 +827,29 @@ fn run_planned(
         nruns: c.nruns,
     };
     let times = dev.time(&job)?;
-    Ok(gpu_record(
-        p,
-        config,
-        &job,
-        atomic,
-        times,
-        dev.info(),
-        stream,
-        host,
-        sweep,
-    ))
+    Ok(gpu_record(p, run, &job, atomic, times, dev.info(), sweep))
 }
 
 /// The record of one GPU run: the CPU record's fields with `backend: "cuda"`, the device and
 /// the launch.
-#[allow(clippy::too_many_arguments)]
 fn gpu_record(
     p: &Planned,
-    config: &ReplayConfig,
+    run: &Run<'_>,
     job: &GpuJob<'_>,
     atomic: bool,
     times: Vec<f64>,
     device: &DeviceInfo,
-    stream: Option<&GpuStreamRecord>,
-    host: &Host,
     sweep: Option<SweepStep>,
 ) -> ReplayRecord {
-    let c = &p.config;
-    let mut r =
-        crate::measured_record(p, config, times, stream.map(|s| s.copy_mbs), host, LAUNCH_S);
+    let (c, config) = (&p.config, run.config);
+    let mut r = crate::measured_record(
+        p,
+        config,
+        times,
+        run.stream.map(|s| s.copy_mbs),
+        run.host,
+        run.launch_s,
+    );
     if atomic && !config.atomic {
         r.notes.push(
             "scatter indices repeat: ran the atomic kernel (atomicAdd), so the values are \

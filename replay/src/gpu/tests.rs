@@ -20,6 +20,8 @@ struct FakeDevice {
     free: u64,
     jobs: Vec<(String, usize, LaunchShape, usize)>,
     stream_calls: usize,
+    /// What `launch_cost` says (None: the trait's probe, through `stream`).
+    launch: Option<f64>,
 }
 
 impl FakeDevice {
@@ -29,6 +31,7 @@ impl FakeDevice {
             free,
             jobs: Vec::new(),
             stream_calls: 0,
+            launch: None,
         }
     }
 }
@@ -62,6 +65,12 @@ impl GpuDevice for FakeDevice {
             sums: [a * n, b * n, c * n],
             dot: dot * n,
         })
+    }
+    fn launch_cost(&mut self) -> Result<f64, GpuError> {
+        match self.launch {
+            Some(l) => Ok(l),
+            None => self.stream(1, LAUNCH_PROBES).map(|run| fastest_copy(&run)),
+        }
     }
 }
 
@@ -377,6 +386,43 @@ fn replay_gpu_accounts_bytes_like_the_cpu() {
     let (_, _, shape, nruns) = &dev.jobs[0];
     assert_eq!(*nruns, 3);
     assert_eq!(shape.grid, 32); // 8 x 1024 elements / 256 per block
+}
+
+/// The launch cost is probed once per replay; a configuration whose runs are not ten times
+/// longer than a launch says so, a long one does not.
+#[test]
+fn runs_little_longer_than_a_launch_are_too_short_to_time() {
+    let inputs = vec![
+        // The fake times 1 us plus a byte per picosecond: 64 B, 1 us; 1 GiB, 1.07 ms.
+        inline(r#"{"kernel": "gather", "pattern": "0,1", "count": 4}"#),
+        inline(r#"{"kernel": "gather", "pattern": "UNIFORM:8:1", "count": 16777216}"#),
+    ];
+    let mut dev = FakeDevice::new(1 << 40);
+    dev.launch = Some(6e-6);
+    let records = replay_gpu(
+        &config(inputs.clone(), false),
+        &GpuOptions::default(),
+        &mut dev,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(records[0].too_short_to_time(), "{:?}", records[0].notes);
+    let note = &records[0].notes[0];
+    assert!(
+        note.contains("starting a run alone takes about 6.0 us"),
+        "{note}"
+    );
+    assert!(!records[1].too_short_to_time(), "{:?}", records[1].notes);
+    // The trait's own probe: GPU STREAM on one element, once for the whole replay.
+    let mut dev = FakeDevice::new(1 << 40);
+    replay_gpu(
+        &config(inputs, false),
+        &GpuOptions::default(),
+        &mut dev,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(dev.stream_calls, 1);
 }
 
 #[test]
