@@ -55,7 +55,8 @@ pub struct Row {
     pub ratio_to_baseline: Vec<Option<f64>>,
     /// STREAM / the baseline's STREAM: what STREAM alone predicts for the ratio.
     pub stream_predicted_ratio: Vec<Option<f64>>,
-    /// The largest |log2(ratio / predicted)| over the machines (the sort key).
+    /// The largest |log2(ratio / predicted)| over the machines (the sort key, after whether
+    /// the row was too short to time somewhere: those rows come last).
     pub departure: Option<f64>,
     /// Why numbers of this row may not compare (sizes, threads differ).
     pub flags: Vec<String>,
@@ -250,7 +251,8 @@ pub fn compare(
         }
     }
     let base_stream = machines[baseline].stream_copy_mbs;
-    let mut rows: Vec<Row> = keys
+    // Each row with whether some machine's runs were too short to time.
+    let mut rows: Vec<(bool, Row)> = keys
         .iter()
         .map(|k| {
             let per = &cells[k];
@@ -332,7 +334,7 @@ pub fn compare(
                     short.join(", ")
                 ));
             }
-            Row {
+            let row = Row {
                 pattern: k.0.clone(),
                 kernel: k.1,
                 bandwidth_mbs: bw,
@@ -342,14 +344,20 @@ pub fn compare(
                 stream_predicted_ratio: predicted,
                 departure,
                 flags,
-            }
+            };
+            (!short.is_empty(), row)
         })
         .collect();
-    rows.sort_by(|a, b| {
-        b.departure
-            .unwrap_or(-1.0)
-            .total_cmp(&a.departure.unwrap_or(-1.0))
+    // By departure from STREAM's prediction; rows too short to time last, as their departure
+    // is the start's as much as the memory's.
+    rows.sort_by(|(sa, a), (sb, b)| {
+        sa.cmp(sb).then(
+            b.departure
+                .unwrap_or(-1.0)
+                .total_cmp(&a.departure.unwrap_or(-1.0)),
+        )
     });
+    let rows: Vec<Row> = rows.into_iter().map(|(_, r)| r).collect();
     let mut warnings = Vec::new();
     let versions: BTreeSet<&String> = machines
         .iter()

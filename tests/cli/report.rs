@@ -160,4 +160,21 @@ fn compare_flags_runs_too_short_to_time() {
             && flagged[0].contains("too short to time on hbm-node (raise its count"),
         "{t}"
     );
+    // It comes last: its departure from STREAM's prediction is the start's as much as the
+    // memory's (without the note it is not last).
+    let last_pattern = |data: &Path| {
+        let o = mgbench(
+            &["compare", data.to_str().unwrap(), "--format", "json"],
+            &dir,
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let rows = v["rows"].as_array().unwrap();
+        rows[rows.len() - 1]["pattern"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(last_pattern(&copy), "laplacian-2d");
+    assert_ne!(last_pattern(&d), "laplacian-2d");
 }
