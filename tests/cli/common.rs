@@ -136,3 +136,12 @@ pub fn fdclose_expected(out: &str, how: &str) -> Vec<u8> {
     want.extend_from_slice(b"after\n");
     want
 }
+
+/// The note of a JSON report or record (its `notes` array) that starts with `prefix`.
+pub fn note_starting<'a>(v: &'a serde_json::Value, prefix: &str) -> Option<&'a str> {
+    v["notes"]
+        .as_array()?
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.starts_with(prefix))
+}

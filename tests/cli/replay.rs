@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::common::{mgbench, stderr, temp_dir};
+use crate::common::{mgbench, note_starting, stderr, temp_dir};
 
 #[test]
 fn inline_replay_prints_json_and_writes_results_files() {
@@ -152,12 +152,7 @@ fn runs_too_short_to_time_name_the_count_that_would_do() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let r = &v[0];
     let min = r["min_time_s"].as_f64().unwrap();
-    let note = r["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|n| n.as_str())
-        .find(|n| n.starts_with("too short to time: "))
+    let note = note_starting(r, "too short to time: ")
         .unwrap_or_else(|| panic!("no note on the short runs ({min} s): {}", r["notes"]));
     assert!(note.contains("starting a run alone takes about"), "{note}");
     // The count named runs about a millisecond at the measured pace: 4 x 1 ms / min.

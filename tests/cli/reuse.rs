@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::{app, build_c, fdclose_expected, have, mgbench, stderr, stdout, temp_dir};
+use crate::common::{
+    app, build_c, fdclose_expected, have, mgbench, note_starting, stderr, stdout, temp_dir,
+};
 
 fn capture(dir: &Path, trace: &str, args: &[&str]) {
     let mut a = vec!["capture", "--quiet", "--full", "-o", trace, "--"];
@@ -1038,12 +1040,7 @@ fn a_histogram_resting_on_few_effective_samples_says_so() {
     let samples = w["samples"].as_u64().unwrap();
     assert!(samples > 900, "{w}");
     assert!(eff > 1.0 && eff < 25.0, "{eff} effective of {samples}");
-    let note = v["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|n| n.as_str())
-        .find(|n| n.starts_with("words: the histograms rest on about"))
+    let note = note_starting(&v, "words: the histograms rest on about")
         .unwrap_or_else(|| panic!("no note on the effective samples: {}", v["notes"]));
     assert!(note.contains(&format!("of {samples}")), "{note}");
     // With every trap counted once, each use is one effective sample: the traps and the
@@ -1191,12 +1188,7 @@ fn live_rdx_on_a_program_with_much_code_says_what_its_samples_cost() {
     // Switched by flushes (another QEMU), each sample translates the hot code again.
     let v = live("flush");
     let notes = v["notes"].to_string();
-    let note = v["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|n| n.as_str())
-        .find(|n| n.starts_with("live: QEMU translated"))
+    let note = note_starting(&v, "live: QEMU translated")
         .unwrap_or_else(|| panic!("no retranslation note: {notes}"));
     let per: f64 = note
         .split("about ")
