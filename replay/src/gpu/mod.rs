@@ -366,8 +366,8 @@ pub trait GpuDevice {
     /// Runs BabelStream on arrays of `elements` doubles, `ntimes` iterations.
     fn stream(&mut self, elements: usize, ntimes: usize) -> Result<StreamRun, GpuError>;
     /// What starting a timed run costs, its events included: the fastest of 20 GPU STREAM
-    /// copies of one element, one block (an H200: 5.9-6.2 us, as a one-block gather of 64
-    /// bytes; 64 KiB took 6.4 us).
+    /// copies of one element, one block (an H200: 4.5-5.8 us; a one-block gather of 64 bytes
+    /// took 5.9-6.2 us there, one of 64 KiB 6.4 us).
     fn launch_cost(&mut self) -> Result<f64, GpuError> {
         self.stream(1, LAUNCH_PROBES).map(|run| fastest_copy(&run))
     }
@@ -644,8 +644,13 @@ pub fn run_gpu(
         }
         None => None,
     };
-    // Unknown where the probe fails: records then say nothing of runs too short to time.
-    let launch_s = dev.launch_cost().unwrap_or(f64::NAN);
+    let run = Run {
+        config,
+        stream: stream.as_ref(),
+        host: &host,
+        // Unknown where the probe fails: records then say nothing of runs too short to time.
+        launch_s: dev.launch_cost().unwrap_or(f64::NAN),
+    };
     let mut records = Vec::new();
     for (index, p) in planned.iter().enumerate() {
         on_event(Event::Running {
@@ -653,12 +658,6 @@ pub fn run_gpu(
             index,
             total: planned.len(),
         });
-        let run = Run {
-            config,
-            stream: stream.as_ref(),
-            host: &host,
-            launch_s,
-        };
         let new = if opts.sweep {
             sweep(p, &run, opts, dev)?
         } else {
