@@ -229,11 +229,10 @@ fn kept<'a>(
 fn convert_threads(
     runs: &[(&Timeline, u64, f64)],
     all: &Histogram,
-    n: f64,
     bins: &[(f64, f64)],
 ) -> Vec<f64> {
     if runs.len() > 1 && runs.iter().all(|r| r.0.phases(r.1) == 1) {
-        return convert(all, n, bins);
+        return convert(all, bins);
     }
     let total: f64 = runs.iter().map(|r| r.2).sum();
     let mut out = vec![0.0; bins.len()];
@@ -241,7 +240,7 @@ fn convert_threads(
         if finite <= 0.0 || total <= 0.0 {
             continue;
         }
-        for (o, x) in out.iter_mut().zip(convert_phased(tl, len, n, bins)) {
+        for (o, x) in out.iter_mut().zip(convert_phased(tl, len, bins)) {
             *o += x * finite / total;
         }
     }
@@ -333,12 +332,12 @@ fn granularity_report(
     let no_reuse_effective = effective(&last_uses);
     let per = |bins: &[(f64, f64)]| {
         let t = time.fractions(bins);
-        let s = convert_threads(&sampled, time, distinct_estimate, bins);
-        let exact = distinct_exact.map(|n| {
+        let s = convert_threads(&sampled, time, bins);
+        let exact = distinct_exact.map(|_| {
             (
                 exact_time.fractions(bins),
                 exact_stack.fractions(bins),
-                convert_threads(&exact_runs, &exact_time, n as f64, bins),
+                convert_threads(&exact_runs, &exact_time, bins),
             )
         });
         let accs = exact.as_ref().map(|(et, es, ec)| Accuracies {
