@@ -40,7 +40,7 @@
 //! locations, both tested), and spread k as `Binomial(N - 1, p(D))`, as if each other
 //! location appeared in the window independently. mgbench does not spread: the time
 //! histogram says nothing of how much the count varies between windows of one length (not
-//! at all in a loop; by about `N p^2 / 2` among random accesses), and the binomial's
+//! at all in a loop; with variance about `N p^2 / 2` among random accesses), and the binomial's
 //! `N p (1 - p)` moved reuses across bin edges: a scan of 4096 words, distance 4095, went
 //! half into RDX's [4K, 8K) bin (S 0.5), and the fine bins lost up to a third of their
 //! accuracy on the demo programs, while on uniformly random streams the point gives the same
@@ -1374,7 +1374,8 @@ mod tests {
 
     #[test]
     fn conversion_matches_random_streams() {
-        // Uniformly random over N: the model's independence assumption holds.
+        // Uniformly random over N: the distances of one reuse time vary around W(t) - 1 (their
+        // variance is about N p^2 / 2), and placing them at it still matches the exact histogram.
         let mut rng = Rng::new(3);
         for n in [64u64, 4096] {
             let s: Vec<u64> = (0..400_000).map(|_| rng.next_u64() % n).collect();
