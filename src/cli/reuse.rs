@@ -373,7 +373,12 @@ fn distinct_basis(g: &GranularityReport, accesses: u64) -> String {
     }
 }
 
-fn granularity(g: &GranularityReport, accesses: u64, out: &mut impl Write) -> std::io::Result<()> {
+fn granularity(
+    g: &GranularityReport,
+    accesses: u64,
+    threads: usize,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
     writeln!(
         out,
         "{}: {} samples ({} dropped with every register busy{}), {} traps standing for {:.0} reuses, {:.0} uses without reuse; distinct {}: {:.0} estimated{}{}",
@@ -402,6 +407,9 @@ fn granularity(g: &GranularityReport, accesses: u64, out: &mut impl Write) -> st
                 "phase by phase ({} phases of the run, each with its own reuse times)",
                 g.phases
             )
+        } else if threads > 1 {
+            // README, RDX: "Threads that differ".
+            format!("with the {threads} threads' reuse times together as one phase (too few effective samples to tell phases or threads apart: where threads differ, as a main thread that fills the data alone, long reuses can land a bin off)")
         } else {
             "with the run as one phase (too few effective samples to tell phases apart)".into()
         },
@@ -438,9 +446,9 @@ fn table(r: &ReuseReport, out: &mut impl Write) -> std::io::Result<()> {
         r.trace, r.accesses, r.threads, r.config.jitter, r.config.watchpoints, r.config.seed
     )?;
     writeln!(out)?;
-    granularity(&r.words, r.accesses, out)?;
+    granularity(&r.words, r.accesses, r.threads, out)?;
     if let Some(lines) = &r.lines {
-        granularity(lines, r.accesses, out)?;
+        granularity(lines, r.accesses, r.threads, out)?;
     }
     writeln!(
         out,

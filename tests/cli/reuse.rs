@@ -735,6 +735,20 @@ fn live_rdx_follows_every_thread_like_the_trace() {
         let args: Vec<&str> = program.iter().map(String::as_str).collect();
         capture(&dir, "spmv2.mgbt", &args);
         let exact = reuse_json(&dir, &["--rdx", "spmv2.mgbt", "--period", "2048"]);
+        // The table says how the threads' reuse times were converted: together where no
+        // thread has phases (their main thread only fills the matrix: README, "Threads that
+        // differ"), else each over its own run.
+        let o = mgbench(&["reuse", "--rdx", "spmv2.mgbt", "--period", "2048"], &dir);
+        let table = stdout(&o);
+        let how = if exact["words"]["phases"] == 1 {
+            format!(
+                "{} threads' reuse times together as one phase",
+                exact["threads"]
+            )
+        } else {
+            "phase by phase".to_string()
+        };
+        assert!(table.contains(&how), "{sigblock}: want {how:?} in {table}");
         // At a period under 2^17 every access is counted in callbacks, per thread.
         let v = live_json(&dir, "2048", &args);
         assert_eq!(v["threads"], exact["threads"], "{sigblock}: {}", v["notes"]);
