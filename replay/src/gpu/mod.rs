@@ -369,16 +369,17 @@ pub trait GpuDevice {
     /// copies of one element, one block (an H200: 4.5-5.8 us; a one-block gather of 64 bytes
     /// took 5.9-6.2 us there, one of 64 KiB 6.4 us).
     fn launch_cost(&mut self) -> Result<f64, GpuError> {
-        self.stream(1, LAUNCH_PROBES).map(|run| fastest_copy(&run))
+        probe_launch(self)
     }
 }
 
 /// GPU STREAM iterations of the launch probe (the first is dropped).
 const LAUNCH_PROBES: usize = 21;
 
-/// The fastest copy of a GPU STREAM run.
-fn fastest_copy(run: &StreamRun) -> f64 {
-    run.times[0].iter().copied().fold(f64::INFINITY, f64::min)
+/// [`GpuDevice::launch_cost`]'s probe: the fastest copy of GPU STREAM on one element.
+fn probe_launch<D: GpuDevice + ?Sized>(dev: &mut D) -> Result<f64, GpuError> {
+    dev.stream(1, LAUNCH_PROBES)
+        .map(|run| run.times[0].iter().copied().fold(f64::INFINITY, f64::min))
 }
 
 /// Opens CUDA device `ordinal`: checks for the driver library and NVRTC before touching
