@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::common::{app, have, mgbench, stderr, stdout, temp_dir};
+use crate::common::{app, have, mgbench, mgbench_json, stderr, stdout, temp_dir};
 
 fn capture(dir: &Path, trace: &str, args: &[&str]) {
     let mut a = vec!["capture", "--full", "-o", trace];
@@ -14,9 +14,7 @@ fn capture(dir: &Path, trace: &str, args: &[&str]) {
 fn analyze_json(dir: &Path, args: &[&str]) -> serde_json::Value {
     let mut a = vec!["analyze", "--format", "json"];
     a.extend(args);
-    let o = mgbench(&a, dir);
-    assert!(o.status.success(), "{}", stderr(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
+    mgbench_json(&a, dir)
 }
 
 fn score(v: &serde_json::Value, key: &str) -> f64 {
@@ -103,7 +101,7 @@ fn synth_apex_writes_a_replayable_proxy() {
         "{apex}"
     );
     assert!(ps.len() >= 2, "the histogram scatter is kept too: {ps:?}");
-    let o = mgbench(
+    let recs = mgbench_json(
         &[
             "replay",
             "h.json",
@@ -116,8 +114,6 @@ fn synth_apex_writes_a_replayable_proxy() {
         ],
         &dir,
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let recs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let r = recs
         .as_array()
         .unwrap()

@@ -12,6 +12,13 @@ pub fn mgbench(args: &[&str], cwd: &Path) -> Output {
         .expect("run mgbench")
 }
 
+/// Runs mgbench, which must succeed, and parses what it printed on stdout as JSON.
+pub fn mgbench_json(args: &[&str], cwd: &Path) -> serde_json::Value {
+    let o = mgbench(args, cwd);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 /// The integers a demo app wrote with `--truth`, one per line.
 pub fn read_indices(path: &Path) -> Vec<u64> {
     std::fs::read_to_string(path)

@@ -3,12 +3,12 @@
 
 use std::path::PathBuf;
 
-use crate::common::{mgbench, note_starting, stderr, temp_dir};
+use crate::common::{mgbench, mgbench_json, note_starting, stderr, temp_dir};
 
 #[test]
 fn inline_replay_prints_json_and_writes_results_files() {
     let dir = temp_dir("inline");
-    let o = mgbench(
+    let v = mgbench_json(
         &[
             "replay",
             "--pattern",
@@ -30,8 +30,6 @@ fn inline_replay_prints_json_and_writes_results_files() {
         ],
         &dir,
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let r = &v[0];
     for key in [
         "name",
@@ -147,9 +145,7 @@ fn runs_too_short_to_time_name_the_count_that_would_do() {
         "--no-stream",
         "--no-save",
     ];
-    let o = mgbench(&[&tiny[..], &["-f", "json"]].concat(), &dir);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = mgbench_json(&[&tiny[..], &["-f", "json"]].concat(), &dir);
     let r = &v[0];
     let min = r["min_time_s"].as_f64().unwrap();
     let note = note_starting(r, "too short to time: ")
@@ -178,7 +174,7 @@ fn runs_too_short_to_time_name_the_count_that_would_do() {
     assert!(row.contains("too short to time (see its note)"), "{row}");
     assert!(row.contains("e-") && !row.contains("0.000000"), "{row}");
     // A run of megabytes is long beside its start: no note.
-    let o = mgbench(
+    let v = mgbench_json(
         &[
             "replay",
             "-p",
@@ -194,8 +190,6 @@ fn runs_too_short_to_time_name_the_count_that_would_do() {
         ],
         &dir,
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(!v[0]["notes"].to_string().contains("too short"), "{}", v[0]);
 }
 

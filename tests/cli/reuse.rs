@@ -5,7 +5,8 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::common::{
-    app, build_c, fdclose_expected, have, mgbench, note_starting, stderr, stdout, temp_dir,
+    app, build_c, fdclose_expected, have, mgbench, mgbench_json, note_starting, stderr, stdout,
+    temp_dir,
 };
 
 fn capture(dir: &Path, trace: &str, args: &[&str]) {
@@ -18,9 +19,7 @@ fn capture(dir: &Path, trace: &str, args: &[&str]) {
 fn reuse_json(dir: &Path, args: &[&str]) -> serde_json::Value {
     let mut a = vec!["reuse", "--quiet", "-f", "json"];
     a.extend(args);
-    let o = mgbench(&a, dir);
-    assert!(o.status.success(), "{}", stderr(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
+    mgbench_json(&a, dir)
 }
 
 fn s(v: &serde_json::Value, unit: &str, what: &str) -> f64 {
@@ -739,6 +738,7 @@ fn live_rdx_follows_every_thread_like_the_trace() {
         // thread has phases (their main thread only fills the matrix: README, "Threads that
         // differ"), else each over its own run.
         let o = mgbench(&["reuse", "--rdx", "spmv2.mgbt", "--period", "2048"], &dir);
+        assert!(o.status.success(), "{}", stderr(&o));
         let table = stdout(&o);
         let how = if exact["words"]["phases"] == 1 {
             format!(
