@@ -333,7 +333,7 @@ fn granularity_report(
     let per = |bins: &[(f64, f64)]| {
         let t = time.fractions(bins);
         let s = convert_threads(&sampled, time, bins);
-        let exact = distinct_exact.map(|_| {
+        let exact = distinct_exact.is_some().then(|| {
             (
                 exact_time.fractions(bins),
                 exact_stack.fractions(bins),

@@ -668,8 +668,8 @@ pub fn convert_phased(tl: &Timeline, len: u64, bins: &[(f64, f64)]) -> Vec<f64> 
 
 /// The number of distinct locations estimated from the uses that saw no reuse: every
 /// location has exactly one last use, so `N ~ T x Pt(infinity)`. It is at least `W(D_max)`,
-/// the distinct locations the window of the longest reuse time holds on average (the floor
-/// [`convert`] applies): when every sampled use saw a reuse, `Pt(infinity)` says nothing.
+/// the distinct locations the window of the longest reuse time holds on average: when every
+/// sampled use saw a reuse, `Pt(infinity)` says nothing.
 pub fn estimate_distinct(time: &Histogram, accesses: u64) -> f64 {
     let finite = time.finite();
     if finite + time.infinite <= 0.0 {
