@@ -409,7 +409,10 @@ fn granularity(
             )
         } else if threads > 1 {
             // README, RDX: "Threads that differ".
-            format!("with the {threads} threads' reuse times together as one phase (too few effective samples to tell phases or threads apart: where threads differ, as a main thread that fills the data alone, long reuses can land a bin off)")
+            match g.thread_groups {
+                Some(k) if k > 1 => format!("in {k} groups of the {threads} threads, each group's reuse times as one phase (the threads' reuse times differ between groups, by a Kolmogorov-Smirnov test at 1%; too few effective samples to tell phases apart)"),
+                _ => format!("with the {threads} threads' reuse times together as one phase (a Kolmogorov-Smirnov test at 1% tells none apart; too few effective samples to tell phases apart: threads that differ, as a main thread that fills the data alone, can go unnoticed on few samples and put long reuses a bin off)"),
+            }
         } else {
             "with the run as one phase (too few effective samples to tell phases apart)".into()
         },

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fasthash;
 use crate::locality::rdx::{
-    accuracy, bin_label, convert, convert_phased, effective, estimate_distinct, fine_bins,
+    accuracy, bin_label, convert, convert_phased, effective, estimate_distinct, fine_bins, parting,
     rdx_bins, Exact, Granularity, Histogram, Pair, RdxConfig, Sampler, Timeline,
 };
 use crate::SynthError;
@@ -100,6 +100,11 @@ pub struct GranularityReport {
     /// The same for the exact times (the model alone), with the exact pass.
     #[serde(default)]
     pub exact_phases: Option<usize>,
+    /// Where several threads were converted as one phase each: the groups of threads with
+    /// alike reuse times they were pooled in (1: all together); None with one thread or
+    /// where threads were converted phase by phase.
+    #[serde(default)]
+    pub thread_groups: Option<usize>,
     /// The sampled uses' effective number, `(sum w)^2 / sum w^2` over their weights: the
     /// samples the histograms rest on (all of them when every weight is equal; a handful
     /// when a few long-watched samples stand for most of the reuses).
@@ -219,28 +224,81 @@ fn kept<'a>(
     }
 }
 
+/// How several threads' reuse times are converted ([`plan`]).
+enum Plan {
+    /// Each thread over its own run, phase by phase ([`convert_phased`]).
+    Phased,
+    /// Groups of threads whose reuse times are alike, each group's histogram as one phase.
+    Groups(Vec<Histogram>),
+}
+
+/// Where some thread has phases (or there is one thread), each is converted over its own
+/// run, phase by phase. Where none has, a thread's few samples alone, its handful of uses
+/// without reuse above all, give a less steady `W` than all of them (measured on a 3-thread
+/// SpMV: stack S 0.60-0.93 over seeds per thread, 0.87-0.93 together), but threads that
+/// behave differently (a main thread that fills the data alone, workers that walk it) bias
+/// each other's `W` when pooled: so the threads are pooled in groups that the
+/// Kolmogorov-Smirnov test ([`parting`]) cannot tell apart. Heaviest thread first, each joins
+/// the group it parts least from, where the test finds no difference, or starts its own;
+/// threads with no uses are left out.
+fn plan(runs: &[(&Timeline, u64, f64)]) -> Plan {
+    if runs.len() <= 1 || runs.iter().any(|r| r.0.phases(r.1) > 1) {
+        return Plan::Phased;
+    }
+    let mut order: Vec<(Histogram, (f64, f64))> = runs
+        .iter()
+        .map(|r| (r.0.histogram(), r.0.weights()))
+        .filter(|(_, w)| w.0 > 0.0)
+        .collect();
+    order.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+    let mut groups: Vec<(Histogram, (f64, f64))> = Vec::new();
+    for (h, w) in order {
+        let m = effective(&[w]);
+        let closest = groups
+            .iter()
+            .map(|g| parting(&g.0, effective(&[g.1]), &h, m))
+            .enumerate()
+            .filter(|(_, p)| *p <= 1.0)
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        match closest {
+            Some((k, _)) => {
+                let g = &mut groups[k];
+                g.0.merge(&h);
+                g.1 = (g.1 .0 + w.0, g.1 .1 + w.1);
+            }
+            None => groups.push((h, w)),
+        }
+    }
+    Plan::Groups(groups.into_iter().map(|g| g.0).collect())
+}
+
 /// The stack-distance fractions over `bins` of several threads' reuse times (`all`: their
-/// histograms added up). Where some thread has phases, each is converted over its own run
-/// ([`convert_phased`]) and weighted by its share of the reuses; where none has, the threads'
-/// histograms are converted together as one phase ([`convert`]): a thread's few samples
-/// alone, its handful of uses without reuse above all, give a less steady `W` than all of
-/// them (measured on a 3-thread SpMV: stack S 0.60-0.93 over seeds per thread, 0.87-0.93
-/// together).
+/// histograms added up), as `plan` says: each part converted alone and weighted by its share
+/// of the reuses.
 fn convert_threads(
     runs: &[(&Timeline, u64, f64)],
+    plan: &Plan,
     all: &Histogram,
     bins: &[(f64, f64)],
 ) -> Vec<f64> {
-    if runs.len() > 1 && runs.iter().all(|r| r.0.phases(r.1) == 1) {
-        return convert(all, bins);
-    }
-    let total: f64 = runs.iter().map(|r| r.2).sum();
+    let parts: Vec<(Vec<f64>, f64)> = match plan {
+        Plan::Groups(groups) if groups.len() <= 1 => return convert(all, bins),
+        Plan::Groups(groups) => groups
+            .iter()
+            .map(|g| (convert(g, bins), g.finite()))
+            .collect(),
+        Plan::Phased => runs
+            .iter()
+            .map(|&(tl, len, finite)| (convert_phased(tl, len, bins), finite))
+            .collect(),
+    };
+    let total: f64 = parts.iter().map(|p| p.1).sum();
     let mut out = vec![0.0; bins.len()];
-    for &(tl, len, finite) in runs {
+    for (fractions, finite) in parts {
         if finite <= 0.0 || total <= 0.0 {
             continue;
         }
-        for (o, x) in out.iter_mut().zip(convert_phased(tl, len, bins)) {
+        for (o, x) in out.iter_mut().zip(fractions) {
             *o += x * finite / total;
         }
     }
@@ -330,14 +388,15 @@ fn granularity_report(
         .map(|t| t.timeline.no_reuse_weights())
         .collect();
     let no_reuse_effective = effective(&last_uses);
+    let (sampled_plan, exact_plan) = (plan(&sampled), plan(&exact_runs));
     let per = |bins: &[(f64, f64)]| {
         let t = time.fractions(bins);
-        let s = convert_threads(&sampled, time, bins);
+        let s = convert_threads(&sampled, &sampled_plan, time, bins);
         let exact = distinct_exact.is_some().then(|| {
             (
                 exact_time.fractions(bins),
                 exact_stack.fractions(bins),
-                convert_threads(&exact_runs, &exact_time, bins),
+                convert_threads(&exact_runs, &exact_plan, &exact_time, bins),
             )
         });
         let accs = exact.as_ref().map(|(et, es, ec)| Accuracies {
@@ -368,6 +427,10 @@ fn granularity_report(
         distinct_exact,
         phases,
         exact_phases,
+        thread_groups: match &sampled_plan {
+            Plan::Groups(g) => Some(g.len()),
+            Plan::Phased => None,
+        },
         effective_samples: Some(effective_samples),
         no_reuse_effective: Some(no_reuse_effective),
         rdx_bins: rdx,
@@ -1087,5 +1150,61 @@ mod tests {
         assert!(e.contains("line 2"), "{e}");
         let e = live("empty", "", "prog", &cfg).unwrap_err().to_string();
         assert!(e.contains("no live RDX run"), "{e}");
+    }
+
+    /// A thread's timeline: `n` uses, one every 1000 accesses, reused `time` accesses later,
+    /// then `last` uses never reused, each standing for `weight` uses.
+    fn thread(n: u64, time: u64, last: u64, weight: f64) -> (Timeline, u64) {
+        let mut t = Timeline::default();
+        for i in 0..n {
+            t.add(i * 1000, Some(time), weight);
+        }
+        for i in 0..last {
+            t.add((n + i) * 1000, None, weight);
+        }
+        (t, (n + last) * 1000)
+    }
+
+    #[test]
+    fn threads_that_differ_are_converted_apart() {
+        // A main thread whose reuses come 8 accesses later (a cycle over 8 words) and two
+        // workers cycling over 2^14 words (each reuse at distance 2^14 - 1, RDX's [8K, 16K)
+        // bin), each with too few uses for phases; the main thread's uses stand for 4 each (it
+        // ran longer).
+        let main = thread(100, 8, 5, 4.0);
+        let (w1, w2) = (thread(50, 1 << 14, 5, 1.0), thread(50, 1 << 14, 5, 1.0));
+        let threads = [&main, &w1, &w2];
+        let runs: Vec<(&Timeline, u64, f64)> = threads
+            .iter()
+            .map(|(t, len)| (t, *len, t.finite()))
+            .collect();
+        assert!(runs.iter().all(|r| r.0.phases(r.1) == 1));
+        let mut all = Histogram::default();
+        for r in &runs {
+            all.merge(&r.0.histogram());
+        }
+        let bins = rdx_bins();
+        let far = bins.iter().position(|b| b.0 == 8192.0).unwrap();
+        let p = plan(&runs);
+        assert!(matches!(&p, Plan::Groups(g) if g.len() == 2), "main apart");
+        let got = convert_threads(&runs, &p, &all, &bins);
+        let mut want = vec![0.0; bins.len()];
+        (want[0], want[far]) = (0.8, 0.2);
+        assert_eq!(got, want, "main's reuses at 7, the workers' in [8K, 16K)");
+        // Pooled, the main thread's short reuses made the workers' windows look emptier.
+        assert!(
+            convert(&all, &bins)[far] < 0.1,
+            "{:?}",
+            convert(&all, &bins)
+        );
+        // Alike threads are pooled: one group, the histogram of them all.
+        let (runs, mut all) = (&runs[1..], Histogram::default());
+        for r in runs {
+            all.merge(&r.0.histogram());
+        }
+        let p = plan(runs);
+        assert!(matches!(&p, Plan::Groups(g) if g.len() == 1));
+        assert_eq!(convert_threads(runs, &p, &all, &bins), convert(&all, &bins));
+        assert_eq!(convert(&all, &bins)[far], 1.0);
     }
 }

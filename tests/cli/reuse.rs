@@ -734,19 +734,19 @@ fn live_rdx_follows_every_thread_like_the_trace() {
         let args: Vec<&str> = program.iter().map(String::as_str).collect();
         capture(&dir, "spmv2.mgbt", &args);
         let exact = reuse_json(&dir, &["--rdx", "spmv2.mgbt", "--period", "2048"]);
-        // The table says how the threads' reuse times were converted: together where no
-        // thread has phases (their main thread only fills the matrix: README, "Threads that
-        // differ"), else each over its own run.
+        // The table says how the threads' reuse times were converted: where no thread has
+        // phases, pooled in groups of threads with alike reuse times (README, "Threads that
+        // differ": all together, or the main thread, which only fills the matrix, apart),
+        // else each over its own run.
         let o = mgbench(&["reuse", "--rdx", "spmv2.mgbt", "--period", "2048"], &dir);
         assert!(o.status.success(), "{}", stderr(&o));
         let table = stdout(&o);
-        let how = if exact["words"]["phases"] == 1 {
-            format!(
-                "{} threads' reuse times together as one phase",
-                exact["threads"]
-            )
-        } else {
-            "phase by phase".to_string()
+        let (w, threads) = (&exact["words"], &exact["threads"]);
+        let how = match (w["phases"].as_u64(), w["thread_groups"].as_u64()) {
+            (Some(1), Some(1)) => format!("{threads} threads' reuse times together as one phase"),
+            (Some(1), Some(k)) => format!("in {k} groups of the {threads} threads"),
+            (Some(p), None) if p > 1 => "phase by phase".to_string(),
+            _ => panic!("{sigblock}: phases and thread_groups disagree: {w}"),
         };
         assert!(table.contains(&how), "{sigblock}: want {how:?} in {table}");
         // At a period under 2^17 every access is counted in callbacks, per thread.

@@ -52,7 +52,9 @@
 //! long window of a program that builds a structure and then walks it is judged by the
 //! walk's many short reuses and looks nearly free of new locations. Cut into phases, each
 //! with its own `W_s`, a window counts its distinct locations phase by phase; the number of
-//! phases follows how many effective uses the weights leave.
+//! phases follows how many effective uses the weights leave. Threads are alike or not in the
+//! same way: [`parting`] tests whether two threads' reuse times could come from one
+//! behaviour, so that threads with too few uses for phases are pooled only with their like.
 //!
 //! **Accuracy** ([`accuracy`]): `S = 1 - sum_i |B_i - B^_i| / 2` over histograms of fractions
 //! (RDX's Eq. 1); `S^` is the same over averages of adjacent bins (Eq. 2), which forgives a
@@ -560,6 +562,23 @@ impl Timeline {
             .fold((0.0, 0.0), |(a, b), c| (a + c.2[0], b + c.2[3]))
     }
 
+    /// The reuse times of all its uses, wherever in the run they came.
+    pub fn histogram(&self) -> Histogram {
+        let mut h = Histogram::default();
+        for (_, c, v) in self.each() {
+            match c {
+                NO_REUSE_CELL => h.infinite += v[0],
+                ZERO_CELL => h.zero += v[0],
+                c => {
+                    let b = (c - FIRST_FINE) as usize;
+                    h.weights[b] += v[0];
+                    h.sums[b] += v[1];
+                }
+            }
+        }
+        h
+    }
+
     /// Buckets a run of `len` accesses spans.
     fn buckets(&self, len: u64) -> usize {
         len.div_ceil(1 << self.shift).clamp(1, BUCKETS) as usize
@@ -583,6 +602,32 @@ pub fn effective(weights: &[(f64, f64)]) -> f64 {
     } else {
         0.0
     }
+}
+
+/// The level of [`parting`]'s test: alike threads are told apart in at most 1% of runs (a
+/// test at 5% split alike threads often enough to cost a 4-thread SpMV up to 0.22 of stack S
+/// on its worst seed of 15; measured, README, RDX).
+const ALIKE_LEVEL: f64 = 0.01;
+
+/// How far apart two histograms of reuse times are, against what chance alone would part
+/// them: the two-sample Kolmogorov-Smirnov statistic on the distributions of the times (time
+/// 0 first, no reuse last), `a` and `b` standing for `ma` and `mb` uses (their effective
+/// numbers, [`effective`]), over its critical value at the 1% level,
+/// `sqrt(-ln(level / 2) / 2) x sqrt((ma + mb) / (ma mb))`. Above 1 the two differ (the test
+/// rejects that they come from one behaviour); an empty side gives 0.
+pub fn parting(a: &Histogram, ma: f64, b: &Histogram, mb: f64) -> f64 {
+    let (ta, tb) = (a.finite() + a.infinite, b.finite() + b.infinite);
+    if ta <= 0.0 || tb <= 0.0 || ma <= 0.0 || mb <= 0.0 {
+        return 0.0;
+    }
+    let (mut fa, mut fb) = (a.zero / ta, b.zero / tb);
+    let mut gap = (fa - fb).abs();
+    for (x, y) in a.weights.iter().zip(&b.weights) {
+        fa += x / ta;
+        fb += y / tb;
+        gap = gap.max((fa - fb).abs());
+    }
+    gap / ((-(ALIKE_LEVEL / 2.0).ln() / 2.0).sqrt() * ((ma + mb) / (ma * mb)).sqrt())
 }
 
 /// [`convert`] for a run whose phases differ (Shen et al.'s model takes the whole run as
@@ -1391,6 +1436,63 @@ mod tests {
                 assert!((sum - 1.0).abs() < 1e-9, "N {n}: {sum}");
             }
         }
+    }
+
+    /// `n` uses drawn from `shares` (reuse times, None: no reuse), each of weight 1.
+    fn drawn(rng: &mut Rng, shares: &[(Option<u64>, f64)], n: usize) -> Histogram {
+        let mut h = Histogram::default();
+        for _ in 0..n {
+            let mut u = rng.next_u64() as f64 / u64::MAX as f64;
+            let pick = shares.iter().find(|(_, p)| {
+                u -= p;
+                u < 0.0
+            });
+            h.add(pick.unwrap_or(&shares[shares.len() - 1]).0, 1.0);
+        }
+        h
+    }
+
+    #[test]
+    fn the_parting_test_keeps_its_level_and_sees_a_difference() {
+        // Workers walking the data (most reuses 2^20 later) and a main thread filling it (short
+        // reuses), as an OpenMP program's threads.
+        let workers = [(Some(3), 0.3), (Some(1 << 20), 0.6), (None, 0.1)];
+        let main = [
+            (Some(3), 0.2),
+            (Some(12), 0.5),
+            (Some(1 << 20), 0.2),
+            (None, 0.1),
+        ];
+        let mut rng = Rng::new(7);
+        let trials = 2000;
+        let rate = |rng: &mut Rng, a: &[(Option<u64>, f64)], b: &[(Option<u64>, f64)], n: usize| {
+            let split = (0..trials)
+                .filter(|_| {
+                    let (x, y) = (drawn(rng, a, n), drawn(rng, b, 2 * n));
+                    parting(&x, n as f64, &y, 2.0 * n as f64) > 1.0
+                })
+                .count();
+            split as f64 / trials as f64
+        };
+        // Alike: told apart in at most the test's 1% (fewer: the times are discrete).
+        for n in [10, 30, 100] {
+            let r = rate(&mut rng, &workers, &workers, n);
+            assert!(r <= 0.015, "alike, {n} uses: split in {r}");
+        }
+        // Different: told apart nearly always from 60 and 120 uses, in about two runs of
+        // three from 30 and 60 (their shares part by 0.4; the test needs 0.36 there), why a
+        // sampled OpenMP gather's threads are sometimes still pooled (README, RDX).
+        let r = rate(&mut rng, &workers, &main, 60);
+        assert!(r >= 0.95, "different, 60 uses: split in {r}");
+        let r = rate(&mut rng, &workers, &main, 30);
+        assert!((0.5..0.85).contains(&r), "different, 30 uses: split in {r}");
+        // The same histograms standing for 4 effective uses each (a few heavy samples): the
+        // test cannot tell them apart, whatever they show.
+        let (x, y) = (drawn(&mut rng, &workers, 100), drawn(&mut rng, &main, 100));
+        assert!(parting(&x, 100.0, &y, 100.0) > 1.0);
+        assert!(parting(&x, 4.0, &y, 4.0) <= 1.0);
+        // An empty side parts from nothing.
+        assert_eq!(parting(&Histogram::default(), 0.0, &y, 100.0), 0.0);
     }
 
     #[test]
