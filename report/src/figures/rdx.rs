@@ -38,17 +38,23 @@ pub fn sections(reports: &[(String, ReuseReport)], ids: &mut Ids) -> Vec<Section
             for g in std::iter::once(&r.words).chain(&r.lines) {
                 let unit = g.granularity.unit();
                 intro.push_str(&format!(
-                    " {unit}: {} samples{}, {} traps, {:.0} distinct estimated, stack distances converted over {} phase(s) of the run",
+                    " {unit}: {} samples{}, {} traps, {:.0} distinct estimated{}, stack distances converted over {} phase(s) of the run",
                     g.samples,
                     g.effective_samples
                         .map(|e| format!(" ({e:.0} effective)"))
                         .unwrap_or_default(),
                     g.traps,
                     g.distinct_estimate,
+                    g.distinct_exact
+                        .map(|n| format!(" ({n} exact)"))
+                        .unwrap_or_default(),
                     g.phases
                 ));
-                if let Some(n) = g.distinct_exact {
-                    intro.push_str(&format!(" ({n} exact)"));
+                if let Some(k) = g.thread_groups {
+                    intro.push_str(&format!(
+                        ", the {} threads' reuse times in {k} group(s) that a Kolmogorov-Smirnov test at 1% finds alike, each converted as one",
+                        r.threads
+                    ));
                 }
                 match &g.accuracy_rdx_bins {
                     Some(a) => intro.push_str(&format!(
@@ -220,5 +226,36 @@ fn histogram(g: &GranularityReport, stack: bool, base: &str, ids: &mut Ids) -> F
         svg: p.finish(),
         table: t,
         notes: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_intro_says_how_the_threads_were_converted() {
+        let mut r: ReuseReport =
+            serde_json::from_str(include_str!("../../tests/data/spmv-reuse.json")).unwrap();
+        let one = sections(&[("spmv.json".into(), r.clone())], &mut Ids::default());
+        let intro = &one[0].intro;
+        assert!(!intro.contains("group(s)"), "{intro}");
+        // The exact distinct count follows the estimate it is compared with.
+        let exact = r.words.distinct_exact.unwrap();
+        assert!(
+            intro.contains(&format!(
+                " distinct estimated ({exact} exact), stack distances"
+            )),
+            "{intro}"
+        );
+        (r.threads, r.words.thread_groups) = (4, Some(2));
+        let four = sections(&[("spmv.json".into(), r)], &mut Ids::default());
+        assert!(
+            four[0]
+                .intro
+                .contains("the 4 threads' reuse times in 2 group(s)"),
+            "{}",
+            four[0].intro
+        );
     }
 }
