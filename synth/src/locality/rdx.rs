@@ -471,6 +471,22 @@ fn cell(time: Option<u64>) -> u32 {
     }
 }
 
+impl Histogram {
+    /// Adds a [`Timeline`] cell (`cell` its index, see [`cell`]; `v` its weight and weighted
+    /// time first).
+    fn add_cell(&mut self, cell: u32, v: &[f64; 4]) {
+        match cell {
+            NO_REUSE_CELL => self.infinite += v[0],
+            ZERO_CELL => self.zero += v[0],
+            c => {
+                let fine = (c - FIRST_FINE) as usize;
+                self.weights[fine] += v[0];
+                self.sums[fine] += v[1];
+            }
+        }
+    }
+}
+
 /// Adds cell `v` into `c`.
 fn add_cell(c: &mut [f64; 4], v: &[f64; 4]) {
     for (a, b) in c.iter_mut().zip(v) {
@@ -566,15 +582,7 @@ impl Timeline {
     pub fn histogram(&self) -> Histogram {
         let mut h = Histogram::default();
         for (_, c, v) in self.each() {
-            match c {
-                NO_REUSE_CELL => h.infinite += v[0],
-                ZERO_CELL => h.zero += v[0],
-                c => {
-                    let b = (c - FIRST_FINE) as usize;
-                    h.weights[b] += v[0];
-                    h.sums[b] += v[1];
-                }
-            }
+            h.add_cell(c, v);
         }
         h
     }
@@ -656,15 +664,7 @@ pub fn convert_phased(tl: &Timeline, len: u64, bins: &[(f64, f64)]) -> Vec<f64> 
         weights[s].0 += v[0];
         weights[s].1 += v[3];
         for h in [&mut per[s], &mut whole] {
-            match bin {
-                NO_REUSE_CELL => h.infinite += v[0],
-                ZERO_CELL => h.zero += v[0],
-                c => {
-                    let fine = (c - FIRST_FINE) as usize;
-                    h.weights[fine] += v[0];
-                    h.sums[fine] += v[1];
-                }
-            }
+            h.add_cell(bin, v);
         }
     }
     let finite = whole.finite();
