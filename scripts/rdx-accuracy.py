@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """RDX accuracy: trace-driven `mgbench reuse --rdx` against the exact (Olken) histograms.
 
-Captures a full trace of each demo program (scripts/apps, built here), of Debian's gzip
+Captures a full trace of each demo program (scripts/apps, built here; omp4 is the OpenMP
+gather on 4 threads whose main thread fills the arrays alone), of Debian's gzip
 compressing 1 MB of seeded pseudo-text and of Debian's sqlite3 filling, indexing and querying
 a 50,000-row table once, then runs RDX over it with several seeds per
 sampling period and prints, per program, period and granularity (words, 64-byte lines), the
@@ -62,6 +63,9 @@ PROGRAMS = {
     "spmv2": ("spmv", ["--rows=4096", "--nnz=16", "--threads=2"],
               "CSR SpMV on 2 threads (each thread's reuses, sampled per thread)",
               ("--iters", 8)),
+    "omp4": ("omp_gather", ["--threads=4"],
+             "OpenMP gather on 4 threads whose main thread fills the arrays alone",
+             ("--passes", 5)),
     "gzip": ("gzip", ["-6", "-c"], "Debian's gzip compressing text (nobody here wrote it)",
              ("text", 1_000_000)),
     "sqlite": ("sqlite3", [":memory:"],

@@ -19,6 +19,7 @@ flags=(-O2 -g -fno-omit-frame-pointer -Wall -Wextra)
 "$cc" "${flags[@]}" -o "$out/gups" "$here/gups.c"
 "$cc" "${flags[@]}" -o "$out/gather" "$here/gather.c"
 "$cc" "${flags[@]}" -o "$out/triad" "$here/triad.c"
+"$cc" "${flags[@]}" -fopenmp -o "$out/omp_gather" "$here/omp_gather.c"
 for app in reuse_loops attribution hotcold rowcol ptrchase fdclose stringops; do
     "$cc" "${flags[@]}" -o "$out/$app" "$here/$app.c"
 done
