@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::common::{app, have, mgbench, stderr, stdout, temp_dir};
+use crate::common::{app, have, mgbench, mgbench_json, stderr, stdout, temp_dir};
 
 /// Captures `args` fully into `trace`; returns the program's stdout.
 fn capture(dir: &Path, trace: &str, extra: &[&str], args: &[&str]) -> String {
@@ -292,9 +292,7 @@ fn affinity_on_a_sampled_trace_keeps_intervals_inside_samples() {
     }
     let dir = temp_dir("affinity-sampled");
     capture(&dir, "s.mgbt", &[], &[&app("rowcol"), "--order=row"]);
-    let o = mgbench(&["affinity", "--quiet", "s.mgbt", "-f", "json"], &dir);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = mgbench_json(&["affinity", "--quiet", "s.mgbt", "-f", "json"], &dir);
     assert_eq!(v["mode"], "sampled");
     let notes = v["notes"].to_string();
     assert!(notes.contains("never cross a sample boundary"), "{notes}");

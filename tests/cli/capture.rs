@@ -9,7 +9,8 @@ use mgbench_capture::symbols::{ElfImage, Symbolizer};
 use mgbench_capture::trace::{AccessKind, Chunk, EndInfo, Frame, Mapping, TraceReader};
 
 use crate::common::{
-    app, apps, build_c, fdclose_expected, have, mgbench, read_indices, stderr, stdout, temp_dir,
+    app, apps, build_c, fdclose_expected, have, mgbench, mgbench_json, read_indices, stderr,
+    stdout, temp_dir,
 };
 
 /// Everything in a trace.
@@ -100,9 +101,7 @@ fn full_capture_of_spmv_records_the_exact_gather_addresses() {
     assert_eq!(loc.function.as_deref(), Some("spmv_rows"));
     assert!(loc.file.unwrap().ends_with("spmv.c"));
     // trace info agrees and says where the gather is.
-    let o = mgbench(&["trace", "info", "t.mgbt", "--format", "json"], &dir);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = mgbench_json(&["trace", "info", "t.mgbt", "--format", "json"], &dir);
     for key in [
         "accesses", "loads", "stores", "samples", "threads", "backend", "mode",
     ] {
@@ -1872,9 +1871,7 @@ fn a_stripped_program_is_symbolized_from_its_debug_file() {
     };
     let o = capture(&dir);
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = mgbench(&["trace", "info", "s.mgbt", "-f", "json"], &dir);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = mgbench_json(&["trace", "info", "s.mgbt", "-f", "json"], &dir);
     let top = v["top_instructions"].as_array().unwrap();
     assert!(
         top.iter().any(|i| i["function"] == "gather_sum"
@@ -2092,9 +2089,7 @@ fn a_crashing_program_leaves_every_recorded_access_and_its_signal() {
 
 /// References of each function in `trace` (`analyze --by function`).
 fn function_references(dir: &Path, trace: &str) -> HashMap<String, u64> {
-    let o = mgbench(&["analyze", "--by", "function", "-f", "json", trace], dir);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = mgbench_json(&["analyze", "--by", "function", "-f", "json", trace], dir);
     v["functions"]
         .as_array()
         .unwrap()

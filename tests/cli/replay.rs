@@ -196,7 +196,7 @@ fn runs_too_short_to_time_name_the_count_that_would_do() {
 #[test]
 fn stream_json_has_the_documented_keys() {
     let dir = temp_dir("stream");
-    let o = mgbench(
+    let v = mgbench_json(
         &[
             "stream",
             "--size",
@@ -208,8 +208,6 @@ fn stream_json_has_the_documented_keys() {
         ],
         &dir,
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     for key in [
         "copy_mbs",
         "scale_mbs",
