@@ -447,6 +447,108 @@ fn live_rdx_measures_a_running_program_like_the_exact_histogram() {
     assert!(peak > 0.5, "{}", v["words"]);
 }
 
+/// Instructions of many kinds with memory operands: plain, read-modify-write, stack,
+/// conditional, bit, SSE (legacy, 0F38 and 0F3A maps) and AVX/FMA (VEX, scalar and vector),
+/// and x87's 80-bit values; each kind whose accesses are fixed must count what QEMU does.
+const KINDS_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+static double buf[16] __attribute__((aligned(64)));
+__attribute__((noinline)) static long kinds(double *p) {
+    long r = 0;
+    __asm__ volatile(
+        "addl $1, (%[p])\n\t" "pushq 8(%[p])\n\t" "popq %%rax\n\t" "add %%rax, %[r]\n\t"
+        "cmpq $0, 16(%[p])\n\t" "cmovne 24(%[p]), %%rax\n\t" "sete 32(%[p])\n\t"
+        "btsq $3, 40(%[p])\n\t" "movups (%[p]), %%xmm0\n\t" "movsd 8(%[p]), %%xmm1\n\t"
+        "addsd 16(%[p]), %%xmm1\n\t" "pmovzxbw (%[p]), %%xmm2\n\t"
+        "pinsrd $1, 4(%[p]), %%xmm2\n\t" "pextrd $1, %%xmm2, 48(%[p])\n\t"
+        "roundsd $0, 8(%[p]), %%xmm3\n\t" "vfmadd231sd 8(%[p]), %%xmm1, %%xmm0\n\t"
+        "vfmadd213ss 12(%[p]), %%xmm1, %%xmm0\n\t" "vfmadd231pd 32(%[p]), %%ymm1, %%ymm2\n\t"
+        "vaddsd 16(%[p]), %%xmm1, %%xmm4\n\t" "vbroadcastss 4(%[p]), %%ymm5\n\t"
+        "vmovups (%[p]), %%ymm7\n\t" "vmovups %%xmm7, 64(%[p])\n\t"
+        "vpextrq $1, %%xmm3, 72(%[p])\n\t" "fldt 80(%[p])\n\t" "fstpl 96(%[p])\n\t"
+        "vzeroupper\n\t"
+        : [r] "+r"(r) : [p] "r"(p) : "rax", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5",
+          "xmm7", "memory", "cc");
+    return r;
+}
+int main(int argc, char **argv) {
+    long reps = argc > 1 ? atol(argv[1]) : 1000, r = 0;
+    for (long i = 0; i < reps; i++) r += kinds(buf);
+    printf("%ld\n", r);
+    return 0;
+}
+"#;
+
+/// The plugin mgbench embeds, as its build (build.rs) leaves it beside the target directory.
+fn built_plugin() -> std::path::PathBuf {
+    let exe = Path::new(env!("CARGO_BIN_EXE_mgbench"));
+    let plugin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/PROFILE/mgbench")
+        .join("plugin-build/release/libmgbench_qemu_plugin.so");
+    assert!(plugin.is_file(), "{} is not built", plugin.display());
+    plugin
+}
+
+#[test]
+fn whole_block_counts_are_what_qemu_performs_instruction_by_instruction() {
+    if !have("qemu-x86_64", "the plugin's check of its fixed counts") {
+        return;
+    }
+    // Live RDX counts, between samples, the accesses of a block's instructions whose
+    // accesses are fixed with one add when the block starts. `rdx_check` counts each such
+    // instruction's executions times its fixed count beside the accesses QEMU reports for
+    // it, and writes the instructions where they differ.
+    let dir = temp_dir("reuse-fixed-counts");
+    build_c(&dir, "kinds", KINDS_C, &["-O2"]);
+    let text: String = (0..20000)
+        .map(|i| format!("line {} of {}\n", i * 7 % 1000, i))
+        .collect();
+    std::fs::write(dir.join("text.txt"), text).unwrap();
+    let plugin = built_plugin();
+    let programs: [&[&str]; 3] = [
+        &["./kinds", "5000"],
+        &[&app("spmv"), "--iters=5"],
+        &["/usr/bin/gzip", "-c", "text.txt"],
+    ];
+    for program in programs {
+        let (events, check) = (dir.join("events.txt"), dir.join("check.txt"));
+        std::fs::write(&events, "").unwrap();
+        let _ = std::fs::remove_file(&check);
+        let args = format!(
+            "{},out={},rdx={},rdx_check={}",
+            plugin.display(),
+            events.display(),
+            1u64 << 62,
+            check.display()
+        );
+        let o = Command::new("qemu-x86_64")
+            .args(["-plugin", &args])
+            .args(program)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{program:?}: {}", stderr(&o));
+        let found = std::fs::read_to_string(&check).unwrap();
+        let last = found.lines().last().unwrap_or_default();
+        assert!(last.ends_with(", 0 differ"), "{program:?}:\n{found}");
+        // "checked N instructions: fixed F, QEMU Q, 0 differ"
+        let number = |after: &str| -> u64 {
+            let rest = &last[last.find(after).unwrap() + after.len()..];
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        assert!(number("checked ") > 5000, "{program:?}: {last}");
+        assert_eq!(number("fixed "), number("QEMU "), "{program:?}: {last}");
+        assert!(number("fixed ") > 100_000, "{program:?}: {last}");
+    }
+}
+
 #[test]
 fn live_rdx_adapts_its_period_by_default_and_stays_accurate() {
     if !have("qemu-x86_64", "live RDX under QEMU") {

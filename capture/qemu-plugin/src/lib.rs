@@ -26,6 +26,7 @@
 //! them) and records while that depth is positive, so callees count.
 
 mod fds;
+mod fixed;
 mod native;
 mod pieces;
 mod rdx;
@@ -112,6 +113,9 @@ struct Config {
     level: i32,
     /// Live RDX instead of a trace (`out` is then the events file).
     rdx: Option<rdx::RdxArgs>,
+    /// `rdx_check=FILE`: live RDX's counting checks its fixed counts against QEMU's accesses
+    /// and writes what it found to FILE (see `fixed`).
+    rdx_check: Option<String>,
     /// Where each thread's first window starts (`first_skip`).
     seed: u64,
 }
@@ -137,6 +141,7 @@ impl Config {
             // them raw): with chunks in columns it is both faster and smaller than level -1.
             level: mgbench_capture::trace::DEFAULT_LEVEL,
             rdx: None,
+            rdx_check: None,
             seed: 0,
         };
         let mut rdx = rdx::RdxArgs {
@@ -171,6 +176,7 @@ impl Config {
                 "rdx_seed" => rdx.seed = num(k, v)?,
                 "rdx_jitter" => rdx.jitter = rdx::parse_jitter(k, v)?,
                 "rdx_adaptive" => rdx.adaptive = num(k, v)? != 0,
+                "rdx_check" => c.rdx_check = Some(v.to_string()),
                 "exe_base" => c.exe_base = num(k, v)?,
                 "level" => {
                     c.level = v
@@ -747,12 +753,27 @@ extern "C" fn roi_inlined_cb(
     }
 }
 
-/// In the user data of [`joined_mem_cb`]: the number of pieces (2 or 4) from this bit, and
-/// which callback records the access (none: [`mem_cb`]); the ip in the bits below.
+/// In the user data of [`joined_mem_cb`]: the number of pieces (2 or 4) from this bit, which
+/// callback records the access (none: [`mem_cb`]) and the bytes it records if not the
+/// pieces' (log2, 2 bits, see [`joined_data`]); the ip in the bits below.
 const JOINED_PIECES_SHIFT: u32 = 56;
 const JOINED_ROI: u64 = 1 << 60;
 const JOINED_INLINED: u64 = 1 << 61;
+const JOINED_WIDTH_SHIFT: u32 = 62;
 const JOINED_IP: u64 = (1 << JOINED_PIECES_SHIFT) - 1;
+
+/// The user data of [`joined_mem_cb`] for the instruction `bytes` at `vaddr`, performed in
+/// `pieces`, whose accesses go to the callback `route` names.
+fn joined_data(bytes: &[u8], vaddr: u64, pieces: u8, route: u64) -> u64 {
+    let width = pieces::width_of(bytes, pieces);
+    // 4 and 8 bytes are the widths that are not the pieces' (2 x 8 bytes, 4 x 8 bytes).
+    let narrow = match width {
+        4 => 2,
+        8 => 3,
+        _ => 0,
+    };
+    vaddr | route | (u64::from(pieces) << JOINED_PIECES_SHIFT) | (narrow << JOINED_WIDTH_SHIFT)
+}
 
 /// A piece (`info`, of the size and kind `decoded`) at `addr` of the instruction whose
 /// callback has the user data `data`: the ip and the access to record where it begins one
@@ -761,8 +782,12 @@ const JOINED_IP: u64 = (1 << JOINED_PIECES_SHIFT) - 1;
 fn join_piece(data: u64, addr: u64, info: u32, decoded: (u8, AccessKind)) -> Option<(u64, u32)> {
     let ip = data & JOINED_IP;
     let pieces = ((data >> JOINED_PIECES_SHIFT) & 0xf) as u8;
+    let width = match data >> JOINED_WIDTH_SHIFT {
+        0 => 8 * pieces,
+        log2 => 1 << log2,
+    };
     let (size, kind) = decoded;
-    pieces::join(ip, addr, info, size, kind, pieces).map(|info| (ip, info))
+    pieces::join(ip, addr, info, size, kind, pieces, width).map(|info| (ip, info))
 }
 
 /// The memory callback of an instruction whose accesses QEMU performs in pieces (see
@@ -1003,7 +1028,7 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     let (n, tb_vaddr) = unsafe { (qemu_plugin_tb_n_insns(tb), qemu_plugin_tb_vaddr(tb)) };
     note_mappings(p, tb_vaddr);
     if let Some(c) = switch::translate_counting() {
-        register_counting(tb, c);
+        register_counting(tb, c, false);
         return;
     }
     let runtime = (p.cfg.roi_mode != RoiMode::None).then(|| {
@@ -1084,10 +1109,7 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             0
         };
         let (cb, data): (MemCb, u64) = if pieces > 1 {
-            (
-                joined_mem_cb,
-                vaddr | route | (u64::from(pieces) << JOINED_PIECES_SHIFT),
-            )
+            (joined_mem_cb, joined_data(bytes, vaddr, pieces, route))
         } else if pieces::is_atomic_rmw(bytes) {
             (atomic_mem_cb, vaddr | route)
         } else if in_inlined {
@@ -1116,7 +1138,7 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
 /// # Safety
 /// `insn` is a valid handle, and the bytes are used only during the translation callback
 /// that gave it.
-unsafe fn insn_bytes<'a>(insn: *mut qemu_plugin_insn) -> &'a [u8] {
+pub(crate) unsafe fn insn_bytes<'a>(insn: *mut qemu_plugin_insn) -> &'a [u8] {
     // SAFETY: data/size describe the instruction's bytes, valid in the callback.
     unsafe {
         std::slice::from_raw_parts(
@@ -1126,8 +1148,10 @@ unsafe fn insn_bytes<'a>(insn: *mut qemu_plugin_insn) -> &'a [u8] {
     }
 }
 
-/// One inline add to counter `c` per memory access of the TB (the counting mode of `switch`),
-/// its instructions taking the counter's lanes in turn; an instruction whose accesses QEMU
+/// The inline adds of counting mode to counter `c` (the counting mode of `switch`): with
+/// `whole_block`, one add when the block starts for the accesses of its instructions whose
+/// accesses are fixed (`fixed`), else and for the others one add per memory access, the
+/// instructions taking the counter's lanes in turn; an instruction whose accesses QEMU
 /// performs in pieces adds per piece to lanes that count them so (see `pieces`).
 ///
 /// A locked read-modify-write adds 2, filtered to loads, so that it counts its load and store
@@ -1137,15 +1161,26 @@ unsafe fn insn_bytes<'a>(insn: *mut qemu_plugin_insn) -> &'a [u8] {
 /// filter takes stores and at a translated store always: so the add runs at the store there.
 /// (Where a translated load meets the load filter instead, it runs at the load.) A
 /// `cmpxchg16b`, two loads and two stores of a helper when serial, adds 2 at each load.
-fn register_counting(tb: *mut qemu_plugin_tb, c: usize) {
+fn register_counting(tb: *mut qemu_plugin_tb, c: usize, whole_block: bool) {
     // SAFETY: `tb` is valid during the translation callback that passes it.
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
+    let mut fixed_sum = 0u64;
     for i in 0..n {
         // SAFETY: i < n instructions of this TB, valid during the callback; each lane is a
         // u64 on a counter page that lives until exit.
         unsafe {
             let insn = qemu_plugin_tb_get_insn(tb, i);
             let bytes = insn_bytes(insn);
+            if whole_block {
+                if let Some(k) = fixed::fixed_accesses(bytes) {
+                    if fixed::checking() {
+                        fixed::check(insn, k, pieces::pieces_of(bytes));
+                    } else {
+                        fixed_sum += u64::from(k);
+                    }
+                    continue;
+                }
+            }
             let pieces = pieces::pieces_of(bytes);
             let lane = switch::lane_ptr(c, i, pieces).cast();
             let (rw, add) = if pieces == 1 && pieces::is_atomic_rmw(bytes) {
@@ -1155,6 +1190,18 @@ fn register_counting(tb: *mut qemu_plugin_tb, c: usize) {
             };
             qemu_plugin_register_vcpu_mem_inline(insn, rw, QEMU_PLUGIN_INLINE_ADD_U64, lane, add);
         };
+    }
+    if fixed_sum > 0 {
+        // SAFETY: as above; the block's add takes a lane by its address.
+        unsafe {
+            let lane = switch::lane_ptr(c, (qemu_plugin_tb_vaddr(tb) >> 4) as usize, 1).cast();
+            qemu_plugin_register_vcpu_tb_exec_inline(
+                tb,
+                QEMU_PLUGIN_INLINE_ADD_U64,
+                lane,
+                fixed_sum,
+            );
+        }
     }
 }
 
@@ -1174,7 +1221,7 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     // SAFETY: `tb` is valid during this callback.
     rdx::translated(unsafe { qemu_plugin_tb_vaddr(tb) }, set);
     if let Some(c) = counting {
-        register_counting(tb, c);
+        register_counting(tb, c, true);
         return;
     }
     // SAFETY: `tb` and its instruction handles are valid during this callback; the ip
@@ -1187,7 +1234,7 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             let (cb, data): (MemCb, u64) = if pieces > 1 {
                 (
                     rdx_joined_mem_cb,
-                    vaddr | (u64::from(pieces) << JOINED_PIECES_SHIFT),
+                    joined_data(insn_bytes(insn), vaddr, pieces, 0),
                 )
             } else if pieces::is_atomic_rmw(insn_bytes(insn)) {
                 (rdx_atomic_mem_cb, vaddr)
@@ -1267,6 +1314,7 @@ extern "C" fn rdx_vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {
 extern "C" fn rdx_at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     rdx::children(children());
     rdx::finish();
+    fixed::report_check();
 }
 
 /// The path an `execve` or `execveat` system call (`num`, first arguments `a1`, `a2`) runs,
@@ -1884,6 +1932,9 @@ pub unsafe extern "C" fn qemu_plugin_install(
     };
     pieces::init(decode_by_qemu);
     if let Some(r) = cfg.rdx {
+        if let Some(path) = cfg.rdx_check {
+            fixed::check_into(path);
+        }
         let started = rdx::init(&cfg.out, r)
             .and_then(|()| switch::init(id, r.adaptive || r.period >= rdx::MIN_INLINE));
         if let Err(e) = started {

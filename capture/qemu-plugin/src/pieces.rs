@@ -12,9 +12,15 @@
 //!   of 16 or 32 bytes (not a gather, scatter or masked move: those are element by element),
 //!   else 1;
 //! - recording, such an instruction's callback goes through [`join`]: the first piece is
-//!   recorded as the whole access, the pieces that continue it are dropped;
+//!   recorded as the whole access ([`width_of`] bytes), the pieces that continue it are
+//!   dropped;
 //! - counting inline, its pieces add to lanes of which every 2 or 4 count one access
 //!   (`switch::lane_ptr`, `spill::counter_count`).
+//!
+//! QEMU 7.2 also loads 16 bytes, in 2 pieces, for the 4- or 8-byte memory operand of a scalar
+//! FMA (`vfmadd231sd xmm0, xmm1, [rdi]`: 8 bytes at rdi, then 8 at rdi+8, which the
+//! instruction does not read); its pieces are joined the same way into the access the
+//! instruction makes, of its own width at the first piece's address.
 //!
 //! Both ways count one access per execution, so skip counts stay exact: the pieces of one
 //! execution all run in one mode (a switch takes effect between translation blocks).
@@ -31,7 +37,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
+use iced_x86::{Decoder, DecoderOptions, EncodingKind, Instruction, Mnemonic, OpKind};
 use mgbench_capture::trace::AccessKind;
 
 /// Whether an instruction is a locked read-modify-write of memory (a `lock` prefix, or `xchg`
@@ -95,9 +101,16 @@ pub fn init(decode: impl Fn(u32) -> (u8, AccessKind)) -> bool {
 
 /// The meminfo value of access `info` (8 bytes) made `pieces` times as wide.
 fn widen(info: u32, pieces: u8) -> Option<u32> {
-    let shift = match pieces {
-        2 => 4,
-        4 => 5,
+    resize(info, PIECE.checked_mul(pieces)?)
+}
+
+/// The meminfo value of access `info` made `bytes` wide (4, 8, 16 or 32).
+fn resize(info: u32, bytes: u8) -> Option<u32> {
+    let shift = match bytes {
+        4 => 2,
+        8 => 3,
+        16 => 4,
+        32 => 5,
         _ => return None,
     };
     // QEMU 7.2: the memory operation's size (log2) in bits 4-6.
@@ -137,11 +150,61 @@ pub fn pieces_of(bytes: &[u8]) -> u8 {
     if !memory || !vector || masked {
         return 1;
     }
+    if scalar_fma(&i) {
+        return 2;
+    }
     match i.memory_size().size() {
         16 => 2,
         32 => 4,
         _ => 1,
     }
+}
+
+/// The bytes an instruction whose accesses QEMU performs in `pieces` (see [`pieces_of`])
+/// accesses each time: the pieces' together, but a scalar FMA's own 4 or 8.
+pub fn width_of(bytes: &[u8], pieces: u8) -> u8 {
+    let i = Decoder::new(64, bytes, DecoderOptions::NONE).decode();
+    if scalar_fma(&i) {
+        i.memory_size().size() as u8
+    } else {
+        PIECE * pieces
+    }
+}
+
+/// Whether `i` is a VEX scalar fused multiply-add with a memory operand, whose 4 or 8 bytes
+/// QEMU 7.2 loads as 16 (its decoder gives the operand the vector's width).
+fn scalar_fma(i: &Instruction) -> bool {
+    use Mnemonic::*;
+    i.encoding() == EncodingKind::VEX
+        && matches!(i.memory_size().size(), 4 | 8)
+        && (0..i.op_count()).any(|k| i.op_kind(k) == OpKind::Memory)
+        && matches!(
+            i.mnemonic(),
+            Vfmadd132sd
+                | Vfmadd132ss
+                | Vfmadd213sd
+                | Vfmadd213ss
+                | Vfmadd231sd
+                | Vfmadd231ss
+                | Vfmsub132sd
+                | Vfmsub132ss
+                | Vfmsub213sd
+                | Vfmsub213ss
+                | Vfmsub231sd
+                | Vfmsub231ss
+                | Vfnmadd132sd
+                | Vfnmadd132ss
+                | Vfnmadd213sd
+                | Vfnmadd213ss
+                | Vfnmadd231sd
+                | Vfnmadd231ss
+                | Vfnmsub132sd
+                | Vfnmsub132ss
+                | Vfnmsub213sd
+                | Vfnmsub213ss
+                | Vfnmsub231sd
+                | Vfnmsub231ss
+        )
 }
 
 /// Whether the instruction `bytes` may be SSE or AVX (its opcode, after the prefixes, opens
@@ -173,12 +236,20 @@ thread_local! {
 }
 
 /// A piece (`info`, of `size` bytes and `kind`) at `addr` of an instruction at `ip` whose
-/// accesses QEMU performs in `pieces`: the access to record for it (`info` widened) where it
-/// begins one, `None` where it continues the access its thread's previous piece began. A
+/// accesses QEMU performs in `pieces`, of `width` bytes each: the access to record for it
+/// (`info` made `width` wide) where it begins one, `None` where it continues the access its thread's previous piece began. A
 /// piece that does not continue it (another instruction, address or kind: the access before
 /// faulted part way) begins one.
 #[inline]
-pub fn join(ip: u64, addr: u64, info: u32, size: u8, kind: AccessKind, pieces: u8) -> Option<u32> {
+pub fn join(
+    ip: u64,
+    addr: u64,
+    info: u32,
+    size: u8,
+    kind: AccessKind,
+    pieces: u8,
+    width: u8,
+) -> Option<u32> {
     let store = kind == AccessKind::Store;
     OPEN.with(|open| {
         let o = open.get();
@@ -190,7 +261,7 @@ pub fn join(ip: u64, addr: u64, info: u32, size: u8, kind: AccessKind, pieces: u
             });
             return None;
         }
-        match widen(info, pieces).filter(|_| size == PIECE) {
+        match resize(info, width).filter(|_| size == PIECE) {
             Some(wide) => {
                 open.set(Open {
                     ip,
@@ -274,7 +345,7 @@ mod tests {
         assert!(init(decode));
         let j = |ip, addr, info: u32, pieces| {
             let (size, kind) = decode(info);
-            join(ip, addr, info, size, kind, pieces)
+            join(ip, addr, info, size, kind, pieces, PIECE * pieces)
         };
         // A 32-byte store: its first piece is the access, 32 bytes wide.
         let first = j(0x10, 0x1000, STORE8, 4).unwrap();
@@ -300,5 +371,22 @@ mod tests {
         let four = (2 << 4) | (1 << 16);
         assert_eq!(j(0x40, 0x4000, four, 2), Some(four));
         assert!(j(0x40, 0x4004, four, 2).is_some());
+    }
+
+    #[test]
+    fn a_scalar_fma_is_one_access_of_its_own_width() {
+        assert!(init(decode));
+        let sd: &[u8] = &[0xc4, 0xe2, 0xf1, 0xb9, 0x07]; // vfmadd231sd xmm0, xmm1, [rdi]
+        let ss: &[u8] = &[0xc4, 0xe2, 0x71, 0xa9, 0x07]; // vfmadd213ss xmm0, xmm1, [rdi]
+        let reg: &[u8] = &[0xc4, 0xe2, 0xf1, 0xb9, 0xc2]; // vfmadd231sd xmm0, xmm1, xmm2
+        let pd: &[u8] = &[0xc4, 0xe2, 0xf1, 0xb8, 0x07]; // vfmadd231pd xmm0, xmm1, [rdi]
+        assert_eq!((pieces_of(sd), width_of(sd, 2)), (2, 8));
+        assert_eq!((pieces_of(ss), width_of(ss, 2)), (2, 4));
+        assert_eq!(pieces_of(reg), 1);
+        assert_eq!((pieces_of(pd), width_of(pd, 2)), (2, 16));
+        // QEMU's two 8-byte pieces at rdi and rdi+8 make one 4-byte load at rdi.
+        let first = join(0x50, 0x5000, LOAD8, 8, AccessKind::Load, 2, 4).unwrap();
+        assert_eq!(decode(first), (4, AccessKind::Load));
+        assert_eq!(join(0x50, 0x5008, LOAD8, 8, AccessKind::Load, 2, 4), None);
     }
 }

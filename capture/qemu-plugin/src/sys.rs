@@ -138,6 +138,20 @@ qemu_api! {
         ptr: *mut c_void,
         imm: u64,
     );
+    /// Adds `imm` to the u64 at `ptr` each time the block starts, in generated code.
+    fn qemu_plugin_register_vcpu_tb_exec_inline(
+        tb: *mut qemu_plugin_tb,
+        op: c_int,
+        ptr: *mut c_void,
+        imm: u64,
+    );
+    /// Adds `imm` to the u64 at `ptr` each time the instruction runs, in generated code.
+    fn qemu_plugin_register_vcpu_insn_exec_inline(
+        insn: *mut qemu_plugin_insn,
+        op: c_int,
+        ptr: *mut c_void,
+        imm: u64,
+    );
     /// Unregisters every callback of the plugin, flushes all translations, then calls `cb`
     /// (asynchronously, with every vCPU stopped). Must be called from a vCPU thread.
     fn qemu_plugin_reset(id: qemu_plugin_id_t, cb: simple_cb);
