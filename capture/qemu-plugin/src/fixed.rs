@@ -17,7 +17,8 @@
 //!
 //! A block's add runs when the block starts, so the count is ahead of the accesses made by
 //! up to the block's fixed accesses while it runs, and a block that stops part way (a fault
-//! the guest handles, code that writes its own page) has counted what it did not do. Live
+//! the guest handles, an atomic instruction QEMU runs again alone, code that writes its own
+//! page) has counted what it did not do. Live
 //! RDX reads the count at a watchpoint's trap and takes skips of thousands of accesses, so
 //! a few accesses early change nothing it measures; sampled capture, whose skip counts are
 //! exact, keeps an add per access.
