@@ -57,7 +57,7 @@ pub fn fixed_accesses(bytes: &[u8]) -> Option<u8> {
         || i.has_lock_prefix()
         || i.is_string_instruction()
         || uncounted(i.mnemonic())
-        || pieces::is_atomic_rmw(bytes)
+        || pieces::atomic_rmw(&i)
     {
         return None;
     }

@@ -762,17 +762,19 @@ const JOINED_INLINED: u64 = 1 << 61;
 const JOINED_WIDTH_SHIFT: u32 = 62;
 const JOINED_IP: u64 = (1 << JOINED_PIECES_SHIFT) - 1;
 
-/// The user data of [`joined_mem_cb`] for the instruction `bytes` at `vaddr`, performed in
-/// `pieces`, whose accesses go to the callback `route` names.
-fn joined_data(bytes: &[u8], vaddr: u64, pieces: u8, route: u64) -> u64 {
-    let width = pieces::width_of(bytes, pieces);
+/// The user data of [`joined_mem_cb`] for the instruction at `vaddr` of [`pieces::Shape`]
+/// `shape`, whose accesses go to the callback `route` names.
+fn joined_data(vaddr: u64, shape: pieces::Shape, route: u64) -> u64 {
     // 4 and 8 bytes are the widths that are not the pieces' (2 x 8 bytes, 4 x 8 bytes).
-    let narrow = match width {
+    let narrow = match shape.width {
         4 => 2,
         8 => 3,
         _ => 0,
     };
-    vaddr | route | (u64::from(pieces) << JOINED_PIECES_SHIFT) | (narrow << JOINED_WIDTH_SHIFT)
+    vaddr
+        | route
+        | (u64::from(shape.pieces) << JOINED_PIECES_SHIFT)
+        | (narrow << JOINED_WIDTH_SHIFT)
 }
 
 /// A piece (`info`, of the size and kind `decoded`) at `addr` of the instruction whose
@@ -1100,7 +1102,7 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             }
             _ => {}
         }
-        let pieces = pieces::pieces_of(bytes);
+        let shape = pieces::shape_of(bytes);
         let route = if in_inlined {
             JOINED_INLINED
         } else if p.cfg.roi_mode == RoiMode::Inclusive {
@@ -1108,8 +1110,8 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         } else {
             0
         };
-        let (cb, data): (MemCb, u64) = if pieces > 1 {
-            (joined_mem_cb, joined_data(bytes, vaddr, pieces, route))
+        let (cb, data): (MemCb, u64) = if shape.pieces > 1 {
+            (joined_mem_cb, joined_data(vaddr, shape, route))
         } else if pieces::is_atomic_rmw(bytes) {
             (atomic_mem_cb, vaddr | route)
         } else if in_inlined {
@@ -1230,12 +1232,9 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         for i in 0..qemu_plugin_tb_n_insns(tb) {
             let insn = qemu_plugin_tb_get_insn(tb, i);
             let vaddr = qemu_plugin_insn_vaddr(insn);
-            let pieces = pieces::pieces_of(insn_bytes(insn));
-            let (cb, data): (MemCb, u64) = if pieces > 1 {
-                (
-                    rdx_joined_mem_cb,
-                    joined_data(insn_bytes(insn), vaddr, pieces, 0),
-                )
+            let shape = pieces::shape_of(insn_bytes(insn));
+            let (cb, data): (MemCb, u64) = if shape.pieces > 1 {
+                (rdx_joined_mem_cb, joined_data(vaddr, shape, 0))
             } else if pieces::is_atomic_rmw(insn_bytes(insn)) {
                 (rdx_atomic_mem_cb, vaddr)
             } else {

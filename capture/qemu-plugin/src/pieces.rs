@@ -12,7 +12,7 @@
 //!   of 16 or 32 bytes (not a gather, scatter or masked move: those are element by element),
 //!   else 1;
 //! - recording, such an instruction's callback goes through [`join`]: the first piece is
-//!   recorded as the whole access ([`width_of`] bytes), the pieces that continue it are
+//!   recorded as the whole access (its [`Shape`]'s width), the pieces that continue it are
 //!   dropped;
 //! - counting inline, its pieces add to lanes of which every 2 or 4 count one access
 //!   (`switch::lane_ptr`, `spill::counter_count`).
@@ -44,14 +44,15 @@ use mgbench_capture::trace::AccessKind;
 /// with memory, locked without one) that QEMU performs with one atomic access when it runs
 /// the guest in parallel (not `lock neg`: a load, then a compare-and-swap loop).
 pub fn is_atomic_rmw(bytes: &[u8]) -> bool {
-    if !bytes
+    bytes
         .iter()
         .take(15)
         .any(|&b| matches!(b, 0xf0 | 0x86 | 0x87))
-    {
-        return false;
-    }
-    let i = Decoder::new(64, bytes, DecoderOptions::NONE).decode();
+        && atomic_rmw(&Decoder::new(64, bytes, DecoderOptions::NONE).decode())
+}
+
+/// [`is_atomic_rmw`] of an instruction already decoded.
+pub fn atomic_rmw(i: &Instruction) -> bool {
     let memory = (0..i.op_count()).any(|k| i.op_kind(k) == OpKind::Memory);
     memory
         && (i.has_lock_prefix() || i.mnemonic() == Mnemonic::Xchg)
@@ -117,15 +118,35 @@ fn resize(info: u32, bytes: u8) -> Option<u32> {
     Some((info & !(7 << 4)) | (shift << 4))
 }
 
-/// How many pieces QEMU performs each access of the instruction `bytes` in, as far as joining
-/// goes: 2 or 4 for a vector load or store of 16 or 32 bytes, else 1.
+/// How QEMU performs each access of an instruction, as far as joining goes: in `pieces`
+/// pieces of 8 bytes (1: as one access), which make one access of `width` bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Shape {
+    pub pieces: u8,
+    pub width: u8,
+}
+
+/// An instruction whose accesses are not joined.
+const WHOLE: Shape = Shape {
+    pieces: 1,
+    width: 0,
+};
+
+/// How many pieces QEMU performs each access of the instruction `bytes` in ([`shape_of`]).
 pub fn pieces_of(bytes: &[u8]) -> u8 {
+    shape_of(bytes).pieces
+}
+
+/// The [`Shape`] of the instruction `bytes`: 2 or 4 pieces for a vector load or store of 16
+/// or 32 bytes, joined into one access of that width; 2 pieces for a scalar FMA's operand,
+/// joined into one of its own 4 or 8 bytes; else 1.
+pub fn shape_of(bytes: &[u8]) -> Shape {
     if !JOINING.load(Ordering::Relaxed) || !maybe_vector(bytes) {
-        return 1;
+        return WHOLE;
     }
     let i = Decoder::new(64, bytes, DecoderOptions::NONE).decode();
     if i.is_invalid() || i.is_vsib() {
-        return 1;
+        return WHOLE;
     }
     let ops = 0..i.op_count();
     let memory = ops.clone().any(|k| i.op_kind(k) == OpKind::Memory);
@@ -148,26 +169,21 @@ pub fn pieces_of(bytes: &[u8]) -> u8 {
             | Mnemonic::Lea
     );
     if !memory || !vector || masked {
-        return 1;
+        return WHOLE;
     }
+    let size = i.memory_size().size() as u8;
     if scalar_fma(&i) {
-        return 2;
+        return Shape {
+            pieces: 2,
+            width: size,
+        };
     }
-    match i.memory_size().size() {
-        16 => 2,
-        32 => 4,
-        _ => 1,
-    }
-}
-
-/// The bytes an instruction whose accesses QEMU performs in `pieces` (see [`pieces_of`])
-/// accesses each time: the pieces' together, but a scalar FMA's own 4 or 8.
-pub fn width_of(bytes: &[u8], pieces: u8) -> u8 {
-    let i = Decoder::new(64, bytes, DecoderOptions::NONE).decode();
-    if scalar_fma(&i) {
-        i.memory_size().size() as u8
-    } else {
-        PIECE * pieces
+    match size {
+        16 | 32 => Shape {
+            pieces: size / PIECE,
+            width: size,
+        },
+        _ => WHOLE,
     }
 }
 
@@ -237,8 +253,8 @@ thread_local! {
 
 /// A piece (`info`, of `size` bytes and `kind`) at `addr` of an instruction at `ip` whose
 /// accesses QEMU performs in `pieces`, of `width` bytes each: the access to record for it
-/// (`info` made `width` wide) where it begins one, `None` where it continues the access its thread's previous piece began. A
-/// piece that does not continue it (another instruction, address or kind: the access before
+/// (`info` made `width` wide) where it begins one, `None` where it continues the access its
+/// thread's previous piece began. A piece that does not continue it (another instruction, address or kind: the access before
 /// faulted part way) begins one.
 #[inline]
 pub fn join(
@@ -380,10 +396,11 @@ mod tests {
         let ss: &[u8] = &[0xc4, 0xe2, 0x71, 0xa9, 0x07]; // vfmadd213ss xmm0, xmm1, [rdi]
         let reg: &[u8] = &[0xc4, 0xe2, 0xf1, 0xb9, 0xc2]; // vfmadd231sd xmm0, xmm1, xmm2
         let pd: &[u8] = &[0xc4, 0xe2, 0xf1, 0xb8, 0x07]; // vfmadd231pd xmm0, xmm1, [rdi]
-        assert_eq!((pieces_of(sd), width_of(sd, 2)), (2, 8));
-        assert_eq!((pieces_of(ss), width_of(ss, 2)), (2, 4));
-        assert_eq!(pieces_of(reg), 1);
-        assert_eq!((pieces_of(pd), width_of(pd, 2)), (2, 16));
+        let shape = |pieces, width| Shape { pieces, width };
+        assert_eq!(shape_of(sd), shape(2, 8));
+        assert_eq!(shape_of(ss), shape(2, 4));
+        assert_eq!(shape_of(reg), WHOLE);
+        assert_eq!(shape_of(pd), shape(2, 16));
         // QEMU's two 8-byte pieces at rdi and rdi+8 make one 4-byte load at rdi.
         let first = join(0x50, 0x5000, LOAD8, 8, AccessKind::Load, 2, 4).unwrap();
         assert_eq!(decode(first), (4, AccessKind::Load));
