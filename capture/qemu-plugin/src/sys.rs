@@ -596,20 +596,6 @@ pub fn prefetch_read<T>(p: *const T) {
     let _ = p;
 }
 
-/// Asks the CPU to bring the cache line at `p` in, owned, for writing (PREFETCHW): a line the
-/// other core read last costs its invalidation now rather than at the store. A hint, as
-/// [`prefetch_read`].
-#[inline(always)]
-pub fn prefetch_write<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: as in `prefetch_read`.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// Maps `len` bytes read-write: the file `fd` shared (`fd` >= 0), or private memory. Only
 /// the pages touched take memory.
 pub fn map_slots(fd: c_int, len: usize) -> std::io::Result<*mut u8> {
