@@ -34,6 +34,7 @@
 //! of its own; at exit FILE gets one line per instruction address where the two differ and
 //! a last line with the totals. The adds are not atomic: check a program on one thread.
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -64,38 +65,45 @@ pub fn fixed_accesses(bytes: &[u8]) -> Option<u8> {
     let explicit = (0..i.op_count())
         .filter(|&k| i.op_kind(k) == OpKind::Memory)
         .count();
-    let mut factory = InstructionInfoFactory::new();
-    let memory = factory.info(&i).used_memory();
-    // Memory other than the explicit operand's and the stack's (xlat's table, an implicit
-    // rdi) is the instruction's own business.
-    if !i.is_stack_instruction() && memory.len() > explicit {
-        return None;
-    }
     let pieces = pieces::pieces_of(bytes);
     // QEMU 7.2 decodes VEX and the 0F38 and 0F3A maps anew, and loads some of their narrower
     // operands as more than one access (a VEX `vfmadd213sd` with an 8-byte operand: 2 per
     // execution), so of those only the full-width accesses counted as one are fixed.
     let full_width_only = i.encoding() != EncodingKind::Legacy || three_byte_map(bytes);
-    let mut n = 0u8;
-    for m in memory {
-        let per = match m.access() {
-            OpAccess::Read | OpAccess::Write => 1,
-            OpAccess::ReadWrite => 2,
-            OpAccess::NoMemAccess => 0,
-            _ => return None,
-        };
-        let size = m.memory_size().size();
-        let sized = if pieces > 1 {
-            size == usize::from(pieces) * 8
-        } else {
-            !full_width_only && (1..=8).contains(&size)
-        };
-        if per > 0 && !sized {
+    FACTORY.with_borrow_mut(|factory| {
+        let memory = factory.info(&i).used_memory();
+        // Memory other than the explicit operand's and the stack's (xlat's table, an implicit
+        // rdi) is the instruction's own business.
+        if !i.is_stack_instruction() && memory.len() > explicit {
             return None;
         }
-        n += per;
-    }
-    Some(n)
+        let mut n = 0u8;
+        for m in memory {
+            let per = match m.access() {
+                OpAccess::Read | OpAccess::Write => 1,
+                OpAccess::ReadWrite => 2,
+                OpAccess::NoMemAccess => 0,
+                _ => return None,
+            };
+            let size = m.memory_size().size();
+            let sized = if pieces > 1 {
+                size == usize::from(pieces) * 8
+            } else {
+                !full_width_only && (1..=8).contains(&size)
+            };
+            if per > 0 && !sized {
+                return None;
+            }
+            n += per;
+        }
+        Some(n)
+    })
+}
+
+thread_local! {
+    /// The translating thread's instruction-info factory, whose buffers serve every
+    /// instruction it decodes (a new one per instruction allocated them anew).
+    static FACTORY: RefCell<InstructionInfoFactory> = RefCell::new(InstructionInfoFactory::new());
 }
 
 /// Where `rdx_check` writes what it found; set once at start.

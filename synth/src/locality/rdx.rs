@@ -487,8 +487,8 @@ impl Histogram {
     }
 }
 
-/// Adds cell `v` into `c`.
-fn add_cell(c: &mut [f64; 4], v: &[f64; 4]) {
+/// Adds cell `v` into `c`, field by field.
+fn sum_cells(c: &mut [f64; 4], v: &[f64; 4]) {
     for (a, b) in c.iter_mut().zip(v) {
         *a += b;
     }
@@ -512,7 +512,7 @@ impl Timeline {
             bucket.resize(c + 1, [0.0; 4]);
         }
         let t = time.unwrap_or(0) as f64;
-        add_cell(
+        sum_cells(
             &mut bucket[c],
             &[weight, weight * t, weight * pos as f64, weight * weight],
         );
@@ -534,7 +534,7 @@ impl Timeline {
                 into.resize(bucket.len(), [0.0; 4]);
             }
             for (c, v) in into.iter_mut().zip(&bucket) {
-                add_cell(c, v);
+                sum_cells(c, v);
             }
         }
     }
