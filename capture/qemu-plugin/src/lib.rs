@@ -467,7 +467,7 @@ impl Vcpu {
         // Intel instance). A read prefetch: Rust's `_MM_HINT_ET0`, used until 2026-11-27 for
         // PREFETCHW (lines fetched owned), compiles to PREFETCHT0 without the `prfchw` target
         // feature, and a real PREFETCHW measured the same here (full captures of the five
-        // bench kernels, 0.96-1.06x in two interleaved runs of 7-9).
+        // bench kernels, 0.93-1.06x in two interleaved runs of 7 and 9, no consistent sign).
         sys::prefetch_read(s.accesses.wrapping_add(self.len as usize + WRITE_AHEAD));
         self.len += 1;
         // Published after the access is written: mgbench reads `len` if QEMU dies.
