@@ -38,7 +38,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::sys;
@@ -79,10 +79,43 @@ pub const MIN_SKIP: u64 = 1 << 18;
 /// or one whose switch to counting was refused while a thread was being created, see
 /// [`request`]) asks for counting every this many accesses.
 pub const RETRY_EVERY: u64 = 1 << 16;
-/// Longest sleep of the poller between looks at the counters.
+/// Longest sleep of the poller between looks at a thread that counts toward a trigger it
+/// could reach soon.
 const POLL: Duration = Duration::from_micros(200);
+/// The fastest a thread is taken to count, in accesses a second: no thread reaches its trigger
+/// sooner than its distance at this pace (QEMU ran the gather here at 2 G accesses a second).
+const FASTEST: f64 = 4e9;
+/// Longest sleep of the poller: while no thread counts (a thread that starts counting wakes
+/// it), while every trigger is far even at [`FASTEST`], and for a thread that has not moved
+/// for a while (blocked in a system call, or waiting for the others: its sleep doubles from
+/// [`POLL`] at each look that finds it still). It used to look every [`POLL`] whatever the
+/// triggers, 5000 times a second, and where the guest's threads keep every core busy each
+/// look takes a core from one of them: the counter alone cost a 2-thread SpMV 1.10x bare QEMU
+/// on this project's 2-core machine, 1.01x with looks every 5 ms (README, Capturing traces).
+const MAX_POLL: Duration = Duration::from_millis(2);
 /// Shortest: the poller then takes at most a few percent of a core.
 const MIN_POLL: Duration = Duration::from_micros(20);
+
+/// The poller, woken when a thread starts counting.
+static POLLER: OnceLock<std::thread::Thread> = OnceLock::new();
+
+/// How long the poller may sleep before it looks again at a thread `left` accesses from its
+/// trigger, which counted at `pace` accesses a second since the last look (`None`: it has not
+/// moved, or this is the first look at this trigger) and was last given `before`.
+/// A moving thread is looked at when it should reach its trigger at that pace, and at least
+/// every [`POLL`] (a thread speeds up and slows down); one that is still, every [`POLL`] and
+/// then at twice the last wait; neither sooner than half the time it needs to reach the
+/// trigger at [`FASTEST`].
+fn poll_after(left: u64, pace: Option<f64>, before: Duration) -> Duration {
+    let poll = POLL.as_secs_f64();
+    let wait = match pace {
+        Some(p) => (left as f64 / p).min(poll),
+        None => (2.0 * before.as_secs_f64()).clamp(poll, MAX_POLL.as_secs_f64()),
+    };
+    // (Capped first: a trigger far away would overflow a Duration.)
+    let earliest = (left as f64 / FASTEST).min(2.0 * MAX_POLL.as_secs_f64());
+    Duration::from_secs_f64(wait.max(earliest / 2.0)).clamp(MIN_POLL, MAX_POLL)
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {
@@ -288,29 +321,30 @@ pub fn init(id: u64, enabled: bool) -> Result<(), String> {
         USABLE.store(keyed.codes().min(COUNTERS as u32), Ordering::Release);
         IN_PLACE.store(true, Ordering::Release);
     }
-    std::thread::Builder::new()
+    let poller = std::thread::Builder::new()
         .name("mgbench-poller".into())
         .spawn(poller)
-        .map(|_| ())
-        .map_err(|e| format!("cannot start the sampling poller: {e}"))
+        .map_err(|e| format!("cannot start the sampling poller: {e}"))?;
+    let _ = POLLER.set(poller.thread().clone());
+    Ok(())
 }
 
 fn poller() {
     sys::block_all_signals();
     sys::precise_sleeps();
     let pid = std::process::id();
-    // Each counter's count at the last look, and when.
-    let mut last = [(0u64, Instant::now()); COUNTERS];
-    let mut sleep = POLL;
+    // Per counter: the trigger, count and time of the last look, and the wait it gave.
+    let mut last = [(0u64, 0u64, Instant::now(), Duration::ZERO); COUNTERS];
+    let mut sleep = MAX_POLL;
     loop {
-        std::thread::sleep(sleep);
+        std::thread::park_timeout(sleep);
         if !enabled() {
             return;
         }
         if std::process::id() != pid {
             continue;
         }
-        sleep = POLL;
+        sleep = MAX_POLL;
         let now = Instant::now();
         for (c, s) in STATE.iter().enumerate() {
             // A thread holding the lock may be off its core for a while: the others go on.
@@ -325,19 +359,26 @@ fn poller() {
             if n >= trigger {
                 // SAFETY: a counter page of ours.
                 unsafe { sys::protect_page(page(c), false) };
-            } else {
-                // Look again when the thread should reach its trigger at the pace it kept
-                // since the last look: a fast thread passes a period in less than POLL
-                // (the gather here, 2 G accesses/s, 2^20 in 0.5 ms).
-                let (n0, t0) = last[c];
-                let secs = now.duration_since(t0).as_secs_f64();
-                if n > n0 && secs > 0.0 {
-                    let eta = (trigger - n) as f64 * secs / (n - n0) as f64;
-                    // (Capped first: a trigger far away would overflow a Duration.)
-                    sleep = Duration::from_secs_f64(eta.min(sleep.as_secs_f64()));
-                }
+                // Looked at again soon: a switch refused while a thread is being created
+                // leaves the page writable and the thread counting.
+                sleep = sleep.min(POLL);
+                continue;
             }
-            last[c] = (n, now);
+            // The pace the thread kept since the last look, if that look was at this trigger
+            // (a fast thread passes a period in less than POLL: the gather here, 2 G
+            // accesses/s, 2^20 in 0.5 ms).
+            let (trigger0, n0, t0, before) = last[c];
+            let secs = now.duration_since(t0).as_secs_f64();
+            let pace =
+                (trigger0 == trigger && n > n0 && secs > 0.0).then(|| (n - n0) as f64 / secs);
+            let before = if trigger0 == trigger {
+                before
+            } else {
+                Duration::ZERO
+            };
+            let wait = poll_after(trigger - n, pace, before);
+            sleep = sleep.min(wait);
+            last[c] = (trigger, n, now, wait);
         }
         sleep = sleep.max(MIN_POLL);
     }
@@ -601,7 +642,12 @@ pub fn on_reset(c: usize, credit: impl FnOnce(u32, u64) -> u64) {
         }
         s.trigger.store(now + skip_left, Ordering::Release);
     }
-    finish(c, to)
+    finish(c, to);
+    if to == Mode::Count {
+        if let Some(p) = POLLER.get() {
+            p.unpark();
+        }
+    }
 }
 
 fn finish(c: usize, to: Mode) {
@@ -628,6 +674,38 @@ pub fn set_owner(vcpu: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_poller_sleeps_long_only_where_no_thread_can_reach_its_trigger_sooner() {
+        let us = |d: Duration| d.as_micros();
+        // First look at a trigger: every POLL, unless even the fastest thread needs longer.
+        assert_eq!(us(poll_after(1 << 20, None, Duration::ZERO)), 200);
+        // A moving thread: when it should get there, and at least every POLL.
+        assert_eq!(us(poll_after(100_000, Some(1e9), POLL)), 100);
+        assert_eq!(us(poll_after(1 << 20, Some(1e9), POLL)), 200);
+        assert_eq!(us(poll_after(10, Some(1e9), POLL)), 20);
+        // A still thread: twice the last wait, up to MAX_POLL.
+        assert_eq!(us(poll_after(1 << 20, None, POLL)), 400);
+        assert_eq!(us(poll_after(1 << 20, None, MAX_POLL)), 2000);
+        // A far trigger: half the time the fastest thread needs, up to MAX_POLL, never
+        // later than it could arrive.
+        assert_eq!(us(poll_after(4_000_000, Some(1e9), POLL)), 500);
+        assert_eq!(us(poll_after(1 << 62, Some(1e9), POLL)), 2000);
+        for left in [1u64, 1000, 1 << 20, 1 << 24, 1 << 40] {
+            for pace in [None, Some(1e6), Some(1e9), Some(FASTEST)] {
+                for before in [Duration::ZERO, POLL, MAX_POLL] {
+                    let wait = poll_after(left, pace, before);
+                    assert!((MIN_POLL..=MAX_POLL).contains(&wait));
+                    if pace.is_some() {
+                        // A moving thread is looked at within POLL or before the fastest
+                        // could arrive.
+                        let earliest = left as f64 / FASTEST;
+                        assert!(wait.as_secs_f64() <= earliest.max(POLL.as_secs_f64()) + 1e-9);
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_count_sums_every_lane_the_blocks_add_to() {
