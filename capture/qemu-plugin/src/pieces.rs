@@ -254,8 +254,8 @@ thread_local! {
 /// A piece (`info`, of `size` bytes and `kind`) at `addr` of an instruction at `ip` whose
 /// accesses QEMU performs in `pieces`, of `width` bytes each: the access to record for it
 /// (`info` made `width` wide) where it begins one, `None` where it continues the access its
-/// thread's previous piece began. A piece that does not continue it (another instruction, address or kind: the access before
-/// faulted part way) begins one.
+/// thread's previous piece began. A piece that does not continue it (another instruction,
+/// address or kind: the access before faulted part way) begins one.
 #[inline]
 pub fn join(
     ip: u64,
