@@ -43,35 +43,35 @@ use iced_x86::{
     Decoder, DecoderOptions, EncodingKind, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
 };
 
-use crate::pieces;
+use crate::pieces::{self, Insn};
 use crate::sys::{
     qemu_plugin_insn, qemu_plugin_insn_vaddr, qemu_plugin_register_vcpu_insn_exec_inline,
     qemu_plugin_register_vcpu_mem_inline, QEMU_PLUGIN_INLINE_ADD_U64, QEMU_PLUGIN_MEM_RW,
 };
 
-/// The accesses the inline counter counts for each execution of the instruction `bytes`,
+/// The accesses the inline counter counts for each execution of the instruction `insn`,
 /// where they are fixed and known (see the module's documentation); `None` where the
 /// instruction must count them itself.
-pub fn fixed_accesses(bytes: &[u8]) -> Option<u8> {
-    let i = Decoder::new(64, bytes, DecoderOptions::NONE).decode();
+pub fn fixed_accesses(insn: &Insn) -> Option<u8> {
+    let i = insn.decoded();
     if i.is_invalid()
         || i.has_lock_prefix()
         || i.is_string_instruction()
         || uncounted(i.mnemonic())
-        || pieces::atomic_rmw(&i)
+        || pieces::atomic_rmw(i)
     {
         return None;
     }
     let explicit = (0..i.op_count())
         .filter(|&k| i.op_kind(k) == OpKind::Memory)
         .count();
-    let pieces = pieces::pieces_of(bytes);
+    let pieces = insn.shape().pieces;
     // QEMU 7.2 decodes VEX and the 0F38 and 0F3A maps anew, and loads some of their narrower
     // operands as more than one access (a VEX `vfmadd213sd` with an 8-byte operand: 2 per
     // execution), so of those only the full-width accesses counted as one are fixed.
-    let full_width_only = i.encoding() != EncodingKind::Legacy || three_byte_map(bytes);
+    let full_width_only = i.encoding() != EncodingKind::Legacy || three_byte_map(insn.bytes());
     FACTORY.with_borrow_mut(|factory| {
-        let memory = factory.info(&i).used_memory();
+        let memory = factory.info(i).used_memory();
         // Memory other than the explicit operand's and the stack's (xlat's table, an implicit
         // rdi) is the instruction's own business.
         if !i.is_stack_instruction() && memory.len() > explicit {
@@ -257,7 +257,7 @@ mod tests {
     use super::*;
 
     fn n(bytes: &[u8]) -> Option<u8> {
-        fixed_accesses(bytes)
+        fixed_accesses(&Insn::new(bytes))
     }
 
     #[test]

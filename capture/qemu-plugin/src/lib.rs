@@ -1106,7 +1106,8 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             }
             _ => {}
         }
-        let shape = pieces::shape_of(bytes);
+        let decoded = pieces::Insn::new(bytes);
+        let shape = decoded.shape();
         let route = if in_inlined {
             JOINED_INLINED
         } else if p.cfg.roi_mode == RoiMode::Inclusive {
@@ -1116,7 +1117,7 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         };
         let (cb, data): (MemCb, u64) = if shape.pieces > 1 {
             (joined_mem_cb, joined_data(vaddr, shape, route))
-        } else if pieces::is_atomic_rmw(bytes) {
+        } else if decoded.atomic_rmw() {
             (atomic_mem_cb, vaddr | route)
         } else if in_inlined {
             let call = if is_call(bytes) { INLINED_CALL } else { 0 };
@@ -1176,20 +1177,20 @@ fn register_counting(tb: *mut qemu_plugin_tb, c: usize, whole_block: bool) {
         // u64 on a counter page that lives until exit.
         unsafe {
             let insn = qemu_plugin_tb_get_insn(tb, i);
-            let bytes = insn_bytes(insn);
+            let decoded = pieces::Insn::new(insn_bytes(insn));
+            let pieces = decoded.shape().pieces;
             if whole_block {
-                if let Some(k) = fixed::fixed_accesses(bytes) {
+                if let Some(k) = fixed::fixed_accesses(&decoded) {
                     if fixed::checking() {
-                        fixed::check(insn, k, pieces::pieces_of(bytes));
+                        fixed::check(insn, k, pieces);
                     } else {
                         fixed_sum += u64::from(k);
                     }
                     continue;
                 }
             }
-            let pieces = pieces::pieces_of(bytes);
             let lane = switch::lane_ptr(c, i, pieces).cast();
-            let (rw, add) = if pieces == 1 && pieces::is_atomic_rmw(bytes) {
+            let (rw, add) = if pieces == 1 && decoded.atomic_rmw() {
                 (QEMU_PLUGIN_MEM_R, 2)
             } else {
                 (QEMU_PLUGIN_MEM_RW, 1)
@@ -1236,10 +1237,11 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         for i in 0..qemu_plugin_tb_n_insns(tb) {
             let insn = qemu_plugin_tb_get_insn(tb, i);
             let vaddr = qemu_plugin_insn_vaddr(insn);
-            let shape = pieces::shape_of(insn_bytes(insn));
+            let decoded = pieces::Insn::new(insn_bytes(insn));
+            let shape = decoded.shape();
             let (cb, data): (MemCb, u64) = if shape.pieces > 1 {
                 (rdx_joined_mem_cb, joined_data(vaddr, shape, 0))
-            } else if pieces::is_atomic_rmw(insn_bytes(insn)) {
+            } else if decoded.atomic_rmw() {
                 (rdx_atomic_mem_cb, vaddr)
             } else {
                 (rdx::mem_cb, vaddr)

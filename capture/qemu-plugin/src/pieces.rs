@@ -8,7 +8,7 @@
 //! `ptrace` backend and Valgrind's lackey do, so that access counts, per-instruction counts and
 //! strides of vector code mean the same under every backend:
 //!
-//! - at translation, [`pieces_of`] decodes the instruction: 2 or 4 for a vector load or store
+//! - at translation, [`Insn::shape`] decodes the instruction: 2 or 4 for a vector load or store
 //!   of 16 or 32 bytes (not a gather, scatter or masked move: those are element by element),
 //!   else 1;
 //! - recording, such an instruction's callback goes through [`join`]: the first piece is
@@ -34,24 +34,16 @@
 //! its inline add counts 2 and is filtered to loads (see the plugin's `register_counting`):
 //! it then runs once per execution either way.
 
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use iced_x86::{Decoder, DecoderOptions, EncodingKind, Instruction, Mnemonic, OpKind};
 use mgbench_capture::trace::AccessKind;
 
-/// Whether an instruction is a locked read-modify-write of memory (a `lock` prefix, or `xchg`
-/// with memory, locked without one) that QEMU performs with one atomic access when it runs
-/// the guest in parallel (not `lock neg`: a load, then a compare-and-swap loop).
-pub fn is_atomic_rmw(bytes: &[u8]) -> bool {
-    bytes
-        .iter()
-        .take(15)
-        .any(|&b| matches!(b, 0xf0 | 0x86 | 0x87))
-        && atomic_rmw(&Decoder::new(64, bytes, DecoderOptions::NONE).decode())
-}
-
-/// [`is_atomic_rmw`] of an instruction already decoded.
+/// Whether the decoded instruction `i` is a locked read-modify-write of memory (a `lock`
+/// prefix, or `xchg` with memory, locked without one) that QEMU performs with one atomic
+/// access when it runs the guest in parallel (not `lock neg`: a load, then a compare-and-swap
+/// loop).
 pub fn atomic_rmw(i: &Instruction) -> bool {
     let memory = (0..i.op_count()).any(|k| i.op_kind(k) == OpKind::Memory);
     memory
@@ -132,19 +124,55 @@ const WHOLE: Shape = Shape {
     width: 0,
 };
 
-/// How many pieces QEMU performs each access of the instruction `bytes` in ([`shape_of`]).
-pub fn pieces_of(bytes: &[u8]) -> u8 {
-    shape_of(bytes).pieces
+/// An instruction being translated: its bytes, decoded at most once however many of the
+/// questions below are asked of it (each decodes only where its byte test says it may
+/// matter: most instructions are neither vector nor locked).
+pub struct Insn<'a> {
+    bytes: &'a [u8],
+    decoded: OnceCell<Instruction>,
 }
 
-/// The [`Shape`] of the instruction `bytes`: 2 or 4 pieces for a vector load or store of 16
-/// or 32 bytes, joined into one access of that width; 2 pieces for a scalar FMA's operand,
-/// joined into one of its own 4 or 8 bytes; else 1.
-pub fn shape_of(bytes: &[u8]) -> Shape {
-    if !JOINING.load(Ordering::Relaxed) || !maybe_vector(bytes) {
-        return WHOLE;
+impl<'a> Insn<'a> {
+    pub fn new(bytes: &'a [u8]) -> Insn<'a> {
+        Insn {
+            bytes,
+            decoded: OnceCell::new(),
+        }
     }
-    let i = Decoder::new(64, bytes, DecoderOptions::NONE).decode();
+
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The instruction, decoded on the first call.
+    pub fn decoded(&self) -> &Instruction {
+        self.decoded
+            .get_or_init(|| Decoder::new(64, self.bytes, DecoderOptions::NONE).decode())
+    }
+
+    /// Whether it is a locked read-modify-write of memory ([`atomic_rmw`]; decoded only
+    /// where a `lock` prefix or an `xchg` opcode is among its bytes).
+    pub fn atomic_rmw(&self) -> bool {
+        self.bytes
+            .iter()
+            .take(15)
+            .any(|&b| matches!(b, 0xf0 | 0x86 | 0x87))
+            && atomic_rmw(self.decoded())
+    }
+
+    /// Its [`Shape`]: 2 or 4 pieces for a vector load or store of 16 or 32 bytes, joined
+    /// into one access of that width; 2 pieces for a scalar FMA's operand, joined into one
+    /// of its own 4 or 8 bytes; else 1 (decoded only where it may be SSE or AVX).
+    pub fn shape(&self) -> Shape {
+        if !JOINING.load(Ordering::Relaxed) || !maybe_vector(self.bytes) {
+            return WHOLE;
+        }
+        vector_shape(self.decoded())
+    }
+}
+
+/// [`Insn::shape`] of an instruction that may be SSE or AVX.
+fn vector_shape(i: &Instruction) -> Shape {
     if i.is_invalid() || i.is_vsib() {
         return WHOLE;
     }
@@ -172,7 +200,7 @@ pub fn shape_of(bytes: &[u8]) -> Shape {
         return WHOLE;
     }
     let size = i.memory_size().size() as u8;
-    if scalar_fma(&i) {
+    if scalar_fma(i) {
         return Shape {
             pieces: 2,
             width: size,
@@ -309,6 +337,14 @@ mod tests {
         (1 << ((info >> 4) & 7), kind)
     }
 
+    fn pieces_of(bytes: &[u8]) -> u8 {
+        Insn::new(bytes).shape().pieces
+    }
+
+    fn shape_of(bytes: &[u8]) -> Shape {
+        Insn::new(bytes).shape()
+    }
+
     const LOAD8: u32 = (3 << 4) | (1 << 16);
     const STORE8: u32 = (3 << 4) | (2 << 16);
 
@@ -347,7 +383,7 @@ mod tests {
             (&[0xf0, 0x48, 0x0f, 0xc1, 0x07], true), // lock xadd [rdi], rax
         ];
         for (bytes, want) in cases {
-            assert_eq!(is_atomic_rmw(bytes), want, "{bytes:02x?}");
+            assert_eq!(Insn::new(bytes).atomic_rmw(), want, "{bytes:02x?}");
         }
         let rw = (3 << 4) | (3 << 16);
         let parts: Vec<_> = split_rmw(rw).map(decode).collect();
