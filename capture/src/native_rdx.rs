@@ -5,6 +5,10 @@
 
 use std::path::Path;
 
+/// Debug registers a live run arms at most per thread (x86 has 4; perf may give fewer), under
+/// QEMU and natively; a trace-driven run simulates as many as it is given.
+pub const DEBUG_REGISTERS: usize = 4;
+
 /// The environment variable mgbench sets for the preloaded library:
 /// `period=P,watch=W,seed=S,jitter=J,sampler=NAME,events=PATH` (the path last: it may hold
 /// commas).

@@ -58,7 +58,8 @@ pub struct ReuseArgs {
     /// Sample gaps are drawn from PERIOD x [1 - J, 1 + J].
     #[arg(long, default_value_t = 0.5, value_name = "J")]
     jitter: f64,
-    /// Locations watched at once (x86: 4 debug registers).
+    /// Locations watched at once (x86: 4 debug registers, the most a live run can arm; a
+    /// trace-driven run simulates up to 64).
     #[arg(long, default_value_t = 4, value_parser = non_negative)]
     watchpoints: usize,
     /// Seed of the sampling jitter and the reservoir's choices.
@@ -93,8 +94,9 @@ pub struct ReuseArgs {
     backend: LiveBackend,
     /// A program to measure live: one sample every PERIOD accesses (default adaptive, see
     /// --period) and the machine's debug registers as watchpoints; no trace is written. Under
-    /// QEMU every thread is sampled with its own access count and registers (with threads,
-    /// every access is counted in a callback); natively only the main thread is sampled.
+    /// QEMU every thread is sampled with its own access count and registers (each counts
+    /// inline with a counter of its own where QEMU 7.2 switches in place, else in callbacks
+    /// once a second thread starts); natively only the main thread is sampled.
     #[arg(trailing_var_arg = true, value_name = "PROGRAM")]
     program: Vec<String>,
 }
@@ -196,6 +198,13 @@ pub fn run(args: ReuseArgs) -> Result<i32> {
 fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
     use mgbench_capture::backend::qemu::{rdx_live, rdx_native, LiveRdxConfig, NativeSampler};
     use mgbench_capture::backend::{signal_name, ProgramExit};
+    use mgbench_capture::native_rdx::DEBUG_REGISTERS;
+    if rdx.watchpoints > DEBUG_REGISTERS {
+        bail!(
+            "--watchpoints {}: a live run arms the CPU's debug registers, and x86 has {DEBUG_REGISTERS}: give 1 to {DEBUG_REGISTERS} (more are simulated over a trace: mgbench reuse --rdx TRACE --watchpoints N)",
+            rdx.watchpoints
+        );
+    }
     // Removed on every way out, errors included.
     let events = super::TempFile::new("mgbench-rdx-events", "txt");
     let pmu = NativeSampler::detect();

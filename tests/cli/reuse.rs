@@ -236,6 +236,16 @@ fn reuse_bad_input_is_named() {
         &["reuse", "--rdx", "x.mgbt", "--", "./prog"],
         &["either --rdx TRACE or a program"],
     );
+    // Live: more registers than the CPU has is the user's flag, named before QEMU starts (it
+    // was the plugin's `rdx_watch=5` in QEMU's refusal to load it); a trace simulates them.
+    let o = mgbench(&["reuse", "--watchpoints", "5", "--", "/bin/true"], &dir);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("--watchpoints 5") && e.contains("give 1 to 4") && e.contains("--rdx"),
+        "{e}"
+    );
+    assert!(!e.contains("rdx_watch") && !e.contains("plugin"), "{e}");
     // Live without QEMU (and without a PMU, as here): both are named, and the way out.
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgbench"))
         .args(["reuse", "--", "/bin/true"])

@@ -31,7 +31,7 @@ use crate::switch;
 use crate::sys::{self, Watchpoint};
 
 /// Debug registers used at most (x86 has 4; perf may give fewer).
-pub const MAX_WATCH: usize = 4;
+pub const MAX_WATCH: usize = mgbench_capture::native_rdx::DEBUG_REGISTERS;
 /// Guest threads followed at once (by vCPU index: QEMU numbers a new thread one above the
 /// highest index alive); threads beyond run unsampled, and the report says so. Their
 /// per-thread state is zero until used (`Vcpu::new`), so the table costs no memory
