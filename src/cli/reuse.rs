@@ -287,12 +287,13 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
         ),
     });
     // The program's output owns stdout (`mgbench reuse -- gzip -c f > f.gz` must leave a
-    // valid archive), so the report goes where `perf stat` and `time` put theirs.
+    // valid archive), so the report goes where `perf stat` and `time` put theirs (buffered:
+    // stderr is not, and the table was a write per field, 1255 of them for one report).
     emit(
         &report,
         args.format,
         args.output.as_ref(),
-        &mut std::io::stderr().lock(),
+        &mut std::io::BufWriter::new(std::io::stderr().lock()),
     )?;
     Ok(code)
 }

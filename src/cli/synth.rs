@@ -206,7 +206,10 @@ fn mine(
         None
     };
     if show {
-        explain(&report, &mut std::io::stderr().lock())?;
+        // Buffered (stderr is not), and flushed before the notes that follow.
+        let mut err = std::io::BufWriter::new(std::io::stderr().lock());
+        explain(&report, &mut err)?;
+        err.flush()?;
     }
     for n in &report.notes {
         eprintln!("mgbench: note: {n}");
