@@ -477,9 +477,10 @@ fn vector_accesses_are_recorded_whole_and_their_skips_counted_exactly() {
     assert!(of_size(8) >= 2 * (2048 + 4096), "the scalar loads");
     assert!(of_size(4) >= 2 * 4096, "the float FMA's operand");
     // Sampled, with skips counted by generated code: a vector instruction's pieces count one
-    // access there too, exactly what the full trace has.
+    // access there too, exactly what the full trace has. (1000 repetitions, 17.6 M accesses:
+    // about 67 periods, so that windows the loaded poller opens late still number 5.)
     let run = |how: &[&str], out: &str, switch: &str| {
-        qemu_capture(&dir, how, out, switch, &[prog.as_str(), "300"])
+        qemu_capture(&dir, how, out, switch, &[prog.as_str(), "1000"])
     };
     let full = run(&["--full"], "full.mgbt", "keyed");
     for switch in ["keyed", "flush"] {
@@ -578,8 +579,10 @@ fn atomic_read_modify_writes_are_a_load_and_a_store_serial_or_parallel() {
             ptrace,
             "{shared:?}: per-instruction load/store counts differ from ptrace's"
         );
-        // Counted inline, such an instruction counts its load and store in both ways.
-        let mut command = vec![prog.as_str(), "300000"];
+        // Counted inline, such an instruction counts its load and store in both ways. (16 M
+        // accesses, about 60 periods: 300000 repetitions, 18 periods, gave 4 windows with
+        // flushes while CI's build loaded both CPUs, the poller's looks delayed.)
+        let mut command = vec![prog.as_str(), "1000000"];
         command.extend(shared);
         let full = qemu_capture(&dir, &["--full"], "full.mgbt", "keyed", &command);
         for switch in ["keyed", "flush"] {
