@@ -130,6 +130,7 @@ const WHOLE: Shape = Shape {
 pub struct Insn<'a> {
     bytes: &'a [u8],
     decoded: OnceCell<Instruction>,
+    shape: OnceCell<Shape>,
 }
 
 impl<'a> Insn<'a> {
@@ -137,6 +138,7 @@ impl<'a> Insn<'a> {
         Insn {
             bytes,
             decoded: OnceCell::new(),
+            shape: OnceCell::new(),
         }
     }
 
@@ -162,12 +164,15 @@ impl<'a> Insn<'a> {
 
     /// Its [`Shape`]: 2 or 4 pieces for a vector load or store of 16 or 32 bytes, joined
     /// into one access of that width; 2 pieces for a scalar FMA's operand, joined into one
-    /// of its own 4 or 8 bytes; else 1 (decoded only where it may be SSE or AVX).
+    /// of its own 4 or 8 bytes; else 1 (decoded only where it may be SSE or AVX; worked out
+    /// once, as translation asks it and `fixed::fixed_accesses` again).
     pub fn shape(&self) -> Shape {
-        if !JOINING.load(Ordering::Relaxed) || !maybe_vector(self.bytes) {
-            return WHOLE;
-        }
-        vector_shape(self.decoded())
+        *self.shape.get_or_init(|| {
+            if !JOINING.load(Ordering::Relaxed) || !maybe_vector(self.bytes) {
+                return WHOLE;
+            }
+            vector_shape(self.decoded())
+        })
     }
 }
 
