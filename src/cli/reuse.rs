@@ -143,7 +143,12 @@ pub fn run(args: ReuseArgs) -> Result<i32> {
         (None, None) => LIVE_FIRST_PERIOD,
     };
     let rdx = args.rdx_config(period);
-    if let Err(e) = rdx.validate() {
+    let valid = if args.program.is_empty() {
+        rdx.validate()
+    } else {
+        rdx.validate_live()
+    };
+    if let Err(e) = valid {
         bail!("{e}");
     }
     if let Some(out) = &args.output {
@@ -198,13 +203,6 @@ pub fn run(args: ReuseArgs) -> Result<i32> {
 fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
     use mgbench_capture::backend::qemu::{rdx_live, rdx_native, LiveRdxConfig, NativeSampler};
     use mgbench_capture::backend::{signal_name, ProgramExit};
-    use mgbench_capture::native_rdx::DEBUG_REGISTERS;
-    if rdx.watchpoints > DEBUG_REGISTERS {
-        bail!(
-            "--watchpoints {}: a live run arms the CPU's debug registers, and x86 has {DEBUG_REGISTERS}: give 1 to {DEBUG_REGISTERS} (more are simulated over a trace: mgbench reuse --rdx TRACE --watchpoints N)",
-            rdx.watchpoints
-        );
-    }
     // Removed on every way out, errors included.
     let events = super::TempFile::new("mgbench-rdx-events", "txt");
     let pmu = NativeSampler::detect();

@@ -175,6 +175,20 @@ impl RdxConfig {
         }
         Ok(())
     }
+
+    /// [`validate`](Self::validate) for a live run, which arms the CPU's own debug registers:
+    /// at most [`DEBUG_REGISTERS`](mgbench_capture::native_rdx::DEBUG_REGISTERS) watchpoints.
+    pub fn validate_live(&self) -> Result<(), String> {
+        self.validate()?;
+        let most = mgbench_capture::native_rdx::DEBUG_REGISTERS;
+        if self.watchpoints > most {
+            return Err(format!(
+                "--watchpoints {}: a live run arms the CPU's debug registers, and x86 has {most}: give 1 to {most} (more are simulated over a trace: mgbench reuse --rdx TRACE --watchpoints N)",
+                self.watchpoints
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A fine histogram of positive distances: `SUB` bins per octave, each with its weight and
