@@ -77,8 +77,11 @@ pub const REP_STRING_TUNABLES: [&str; 2] = [
 ];
 
 /// A string instruction this many times slower with a watchpoint armed than without counts
-/// as slowed (the measured ratio here is about 30; a CPU that keeps its fast mode gives 1).
-pub const SLOWED_STRINGS: f64 = 2.0;
+/// as slowed. An AMD EPYC measured 23-41x (there glibc's vector loops, unslowed, win); an
+/// Intel Xeon 1.4-2.2x, two modes near 1.65 and 2.15 over 40 timings, where the vector
+/// loops are slowed as much and the tunables made an armed 4 KiB copy slower (91 -> 62
+/// GB/s). Well between the two, so that neither CPU's timing noise flips the choice.
+pub const SLOWED_STRINGS: f64 = 5.0;
 
 /// `GLIBC_TUNABLES` for a program measured natively where an armed watchpoint slows string
 /// instructions: `old` (the user's value, if any) with each of [`REP_STRING_TUNABLES`] it

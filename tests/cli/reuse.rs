@@ -1064,15 +1064,25 @@ fn native_live_rdx_runs_its_sampler_and_watchpoints_in_the_program() {
 }
 
 /// Natively the sampled uses keep debug registers armed nearly the whole run, and where an
-/// armed register slows string instructions (this AMD EPYC: `rep stosb` of 4 KiB 30-36x
+/// armed register slows string instructions (an AMD EPYC: `rep stosb` of 4 KiB 30-36x
 /// slower, memcpy of 64 KiB from 96 to 4 GB/s) mgbench tells the program's glibc to copy and
-/// clear without them, keeping the user's own tunables, and says so.
+/// clear without them, keeping the user's own tunables, and says so. mgbench times the CPU
+/// itself before each run; where this test's own timing is near the bound (within 1.5x of
+/// it either way) either choice is right, as long as the note says what was done.
 #[test]
 fn native_live_rdx_keeps_glibc_off_string_instructions_an_armed_register_slows() {
     let dir = temp_dir("reuse-native-strings");
     let (plain, armed) = mgbench_capture::backend::string_ops_under_watchpoint()
         .expect("perf breakpoints on this thread (as native live RDX needs)");
-    let slowed = armed >= mgbench_capture::native_rdx::SLOWED_STRINGS * plain;
+    let bound = mgbench_capture::native_rdx::SLOWED_STRINGS;
+    let ratio = armed / plain.max(1.0);
+    let expected = if ratio >= 1.5 * bound {
+        Some(true)
+    } else if ratio <= bound / 1.5 {
+        Some(false)
+    } else {
+        None
+    };
     let tunables = |env: &[(&str, &str)]| {
         let (o, v) = live_run_with(&dir, "page-faults", None, &["/usr/bin/env"], env);
         let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -1083,37 +1093,35 @@ fn native_live_rdx_keeps_glibc_off_string_instructions_an_armed_register_slows()
         (seen, v["notes"].to_string())
     };
     let max = i64::MAX;
+    let both =
+        format!("glibc.cpu.x86_rep_movsb_threshold={max}:glibc.cpu.x86_rep_stosb_threshold={max}");
     let (seen, notes) = tunables(&[]);
-    if slowed {
+    let set = seen.is_some();
+    if let Some(slowed) = expected {
         assert_eq!(
-            seen.as_deref(),
-            Some(
-                format!(
-                    "glibc.cpu.x86_rep_movsb_threshold={max}:glibc.cpu.x86_rep_stosb_threshold={max}"
-                )
-                .as_str()
-            )
+            set, slowed,
+            "this CPU's rep stosb: {plain:.0} ns, armed {armed:.0} ns ({ratio:.1}x); bound {bound}x; GLIBC_TUNABLES={seen:?}"
         );
+    }
+    if set {
+        assert_eq!(seen.as_deref(), Some(both.as_str()));
         assert!(
             notes.contains("string instructions run") && notes.contains("set them yourself"),
             "{notes}"
         );
     } else {
-        assert_eq!(
-            seen, None,
-            "a CPU that keeps fast strings ({plain} ns, armed {armed} ns)"
-        );
         assert!(!notes.contains("string instructions"), "{notes}");
     }
     // The user's own tunables stay, and a threshold they set wins.
     let own = "glibc.malloc.check=0:glibc.cpu.x86_rep_movsb_threshold=4096";
-    let (seen, _) = tunables(&[("GLIBC_TUNABLES", own)]);
-    let want = if slowed {
-        format!("{own}:glibc.cpu.x86_rep_stosb_threshold={max}")
-    } else {
-        own.to_string()
-    };
-    assert_eq!(seen.as_deref(), Some(want.as_str()));
+    let (seen, notes) = tunables(&[("GLIBC_TUNABLES", own)]);
+    let added = format!("{own}:glibc.cpu.x86_rep_stosb_threshold={max}");
+    let set = notes.contains("string instructions run");
+    if let Some(slowed) = expected {
+        assert_eq!(set, slowed, "{notes}");
+    }
+    let want = if set { added.as_str() } else { own };
+    assert_eq!(seen.as_deref(), Some(want));
 }
 
 #[test]
