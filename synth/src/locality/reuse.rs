@@ -152,7 +152,9 @@ thread_local! {
 /// A zeroed shadow page: one a dropped engine of this thread left, else a new one.
 fn shadow_page() -> Box<[u32]> {
     SPARE
-        .with(|spare| spare.borrow_mut().pop())
+        .try_with(|spare| spare.borrow_mut().pop())
+        .ok()
+        .flatten()
         .unwrap_or_else(|| written_zeros(PAGE))
 }
 
@@ -425,7 +427,11 @@ impl Drop for ReuseDistance {
     /// addresses (a reuse overwrites the address's own), so sparsely used pages are cleared
     /// through the live times, densely used ones whole.
     fn drop(&mut self) {
-        let room = SPARE.with(|spare| SPARE_PAGES.saturating_sub(spare.borrow().len()));
+        // (try_with: at the thread's exit its spare pages may be gone already.)
+        let Ok(room) = SPARE.try_with(|spare| SPARE_PAGES.saturating_sub(spare.borrow().len()))
+        else {
+            return;
+        };
         if self.pages.is_empty() || self.pages.len() > room {
             return;
         }
@@ -444,7 +450,7 @@ impl Drop for ReuseDistance {
                 }
             }
         }
-        SPARE.with(|spare| spare.borrow_mut().append(&mut self.pages));
+        let _ = SPARE.try_with(|spare| spare.borrow_mut().append(&mut self.pages));
     }
 }
 
