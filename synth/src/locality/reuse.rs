@@ -95,13 +95,18 @@ impl Bitmap {
         }
     }
 
-    fn words(&self) -> usize {
-        self.blocks.len() * (BLOCK_TIMES / 64)
-    }
-
-    #[inline(always)]
-    fn word(&self, w: usize) -> u64 {
-        self.blocks[w / 8].0[w % 8]
+    /// The live times, in increasing order.
+    fn ones(&self) -> impl Iterator<Item = usize> + '_ {
+        let mut words = self.blocks.iter().flat_map(|b| b.0).enumerate();
+        let (mut w, mut x) = (0, 0u64);
+        std::iter::from_fn(move || {
+            while x == 0 {
+                (w, x) = words.next()?;
+            }
+            let t = w * 64 + x.trailing_zeros() as usize;
+            x &= x - 1;
+            Some(t)
+        })
     }
 
     #[inline(always)]
@@ -394,18 +399,13 @@ impl ReuseDistance {
             .max(MIN_CAPACITY)
             .max(self.owner.len());
         let mut next = 1usize;
-        for w in 0..self.bits.words() {
-            let mut x = self.bits.word(w);
-            while x != 0 {
-                let t = w * 64 + x.trailing_zeros() as usize;
-                // next <= t: renumbering in increasing time order never overwrites an entry
-                // that is still to be read.
-                let slot = self.owner[t] as usize;
-                self.pages[slot >> PAGE_BITS][slot & (PAGE - 1)] = next as u32;
-                self.owner[next] = slot as u32;
-                next += 1;
-                x &= x - 1;
-            }
+        for t in self.bits.ones() {
+            // next <= t: renumbering in increasing time order never overwrites an entry that
+            // is still to be read.
+            let slot = self.owner[t] as usize;
+            self.pages[slot >> PAGE_BITS][slot & (PAGE - 1)] = next as u32;
+            self.owner[next] = slot as u32;
+            next += 1;
         }
         debug_assert_eq!(next, live + 1);
         self.owner.resize(cap, 0);
@@ -440,14 +440,9 @@ impl Drop for ReuseDistance {
                 page.fill(0);
             }
         } else {
-            for w in 0..self.bits.words() {
-                let mut x = self.bits.word(w);
-                while x != 0 {
-                    let t = w * 64 + x.trailing_zeros() as usize;
-                    let slot = self.owner[t] as usize;
-                    self.pages[slot >> PAGE_BITS][slot & (PAGE - 1)] = 0;
-                    x &= x - 1;
-                }
+            for t in self.bits.ones() {
+                let slot = self.owner[t] as usize;
+                self.pages[slot >> PAGE_BITS][slot & (PAGE - 1)] = 0;
             }
         }
         let _ = SPARE.try_with(|spare| spare.borrow_mut().append(&mut self.pages));
