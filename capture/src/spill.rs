@@ -209,6 +209,9 @@ pub struct Drained {
     /// Skipped accesses no sample header holds: the threads' skips since their last sample
     /// and what the inline counter counted since it was last given to a thread.
     pub tail_skipped: u64,
+    /// Of those, what the inline counters counted (each block adds its fixed accesses when
+    /// it starts: a thread stopped inside a block has its rest in here, which never ran).
+    pub tail_counted_inline: u64,
     /// The path of the last `execve` the traced process called, if any.
     pub exec: Option<String>,
 }
@@ -317,8 +320,8 @@ fn read_slot(spill: &File, i: usize, decode: &[u8]) -> Result<Option<PendingSlot
 }
 
 /// The skips no sample header holds: every filling slot's tail, the exited threads', and the
-/// counters' lanes past their `counter_bases`.
-fn tails(spill: &File, head: &[u8], slots: usize) -> io::Result<u64> {
+/// counters' lanes past their `counter_bases`; and the counters' part alone.
+fn tails(spill: &File, head: &[u8], slots: usize) -> io::Result<(u64, u64)> {
     let mut sum = u64_at(head, offset_of!(SpillHeader, retired_tail));
     let mut h = vec![0u8; size_of::<SlotHeader>()];
     for i in 0..slots {
@@ -328,6 +331,7 @@ fn tails(spill: &File, head: &[u8], slots: usize) -> io::Result<u64> {
         }
     }
     let mut page = vec![0u8; COUNTER_ALL_LANES * COUNTER_LANE_STRIDE * 8];
+    let mut inline = 0u64;
     for c in 0..COUNTER_PAGES {
         spill.read_exact_at(&mut page, (COUNTER_OFFSET + c * 4096) as u64)?;
         let count = counter_count(|l| u64_at(&page, counter_lane(0, l)));
@@ -335,9 +339,10 @@ fn tails(spill: &File, head: &[u8], slots: usize) -> io::Result<u64> {
         let uncredited = count.wrapping_sub(base);
         // A counter behind its base cannot happen in one process; read as nothing rather
         // than as 2^64.
-        sum = sum.wrapping_add(if uncredited > 1 << 62 { 0 } else { uncredited });
+        let uncredited = if uncredited > 1 << 62 { 0 } else { uncredited };
+        inline = inline.wrapping_add(uncredited);
     }
-    Ok(sum)
+    Ok((sum.wrapping_add(inline), inline))
 }
 
 /// After the plugin died without finishing, appends to `trace` every access the spill file
@@ -354,8 +359,10 @@ pub fn drain(spill: &File, trace: &Path) -> io::Result<Drained> {
     let mut decode = vec![0u8; DECODE_ENTRIES];
     spill.read_exact_at(&mut decode, DECODE_OFFSET as u64)?;
 
+    let (tail_skipped, tail_counted_inline) = tails(spill, &head, slots)?;
     let mut out = Drained {
-        tail_skipped: tails(spill, &head, slots)?,
+        tail_skipped,
+        tail_counted_inline,
         ..Drained::default()
     };
     let execs = u32_at(&head, offset_of!(SpillHeader, execs));
@@ -749,6 +756,7 @@ mod tests {
         std::fs::write(&spill, img).unwrap();
         let d = drain(&std::fs::File::open(&spill).unwrap(), &trace).unwrap();
         assert_eq!(d.tail_skipped, 100 + 7 + (100 + 3 + 1 - 60) + 5);
+        assert_eq!(d.tail_counted_inline, (100 + 3 + 1 - 60) + 5);
         assert_eq!(d.exec.as_deref(), Some("/usr/bin/python3.11"));
         assert_eq!(d.chunks, 0, "no accesses in the slots");
         std::fs::remove_dir_all(&dir).ok();

@@ -1,6 +1,7 @@
 //! Instructions whose accesses per execution are fixed and known before they run, so that a
 //! translation block can count them with one inline add at its start instead of one per
-//! access (live RDX's counting mode; see the plugin's `register_counting`).
+//! access (the counting mode of sampled capture and live RDX; see the plugin's
+//! `register_counting`).
 //!
 //! [`fixed_accesses`] answers only where QEMU 7.2 performs the accesses the inline counter
 //! would count, one by one, whatever the registers and memory hold: explicit memory operands
@@ -16,12 +17,14 @@
 //! accesses (x87's 80-bit values, `fxsave`, far pointers).
 //!
 //! A block's add runs when the block starts, so the count is ahead of the accesses made by
-//! up to the block's fixed accesses while it runs, and a block that stops part way (a fault
-//! the guest handles, an atomic instruction QEMU runs again alone, code that writes its own
-//! page) has counted what it did not do. Live
-//! RDX reads the count at a watchpoint's trap and takes skips of thousands of accesses, so
-//! a few accesses early change nothing it measures; sampled capture, whose skip counts are
-//! exact, keeps an add per access.
+//! up to the block's fixed accesses while it runs, and a block that stops part way (an
+//! access that faults, code that writes its own page, a SIGKILL) has counted what it did not
+//! do (an atomic instruction, which QEMU may run again alone, ends the block's add: see the
+//! plugin's `register_counting`). Live RDX reads the count at a watchpoint's trap and takes
+//! skips of thousands of accesses, so a few accesses early change nothing it measures.
+//! Sampled capture reads it only between blocks (a window starts, a thread exits, the
+//! program execs), where it is exact, and after a death, where the stopped block's rest may
+//! be in it; faults are counted (see `switch`) and the trace says so.
 //!
 //! QEMU 7.2 hands the plugin, as a block's last instruction, one that crosses into the next
 //! page and that it then leaves out of the block (the next block starts with it): its bytes

@@ -1034,7 +1034,7 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     let (n, tb_vaddr) = unsafe { (qemu_plugin_tb_n_insns(tb), qemu_plugin_tb_vaddr(tb)) };
     note_mappings(p, tb_vaddr);
     if let Some(c) = switch::translate_counting() {
-        register_counting(tb, c, false);
+        register_counting(tb, c);
         return;
     }
     let runtime = (p.cfg.roi_mode != RoiMode::None).then(|| {
@@ -1155,11 +1155,20 @@ pub(crate) unsafe fn insn_bytes<'a>(insn: *mut qemu_plugin_insn) -> &'a [u8] {
     }
 }
 
-/// The inline adds of counting mode to counter `c` (the counting mode of `switch`): with
-/// `whole_block`, one add when the block starts for the accesses of its instructions whose
-/// accesses are fixed (`fixed`), else and for the others one add per memory access, the
-/// instructions taking the counter's lanes in turn; an instruction whose accesses QEMU
-/// performs in pieces adds per piece to lanes that count them so (see `pieces`).
+/// The inline adds of counting mode to counter `c` (the counting mode of `switch`): one add
+/// when the block starts for the accesses of its instructions whose accesses are fixed
+/// (`fixed`), up to its first atomic instruction, and one add per memory access for the
+/// others, the instructions taking the counter's lanes in turn; an instruction whose
+/// accesses QEMU performs in pieces adds per piece to lanes that count them so (see
+/// `pieces`).
+///
+/// A block whose instructions all run counts exactly what they access. One that stops part
+/// way has counted its fixed accesses from there on, which never ran: where an access
+/// faults (the program's crash or a fault it handles, QEMU's protection of a page it wrote
+/// code to; `switch` counts these faults) or QEMU kills the process mid-block (SIGKILL).
+/// An atomic instruction can also stop a block without a fault (QEMU runs a misaligned one
+/// again alone, then the block's rest as a new block), so the block's add stops before it
+/// and the instructions from there on add per access: exact either way.
 ///
 /// A locked read-modify-write adds 2, filtered to loads, so that it counts its load and store
 /// once per execution whether QEMU performs them apart (serially) or as one access that is
@@ -1168,10 +1177,11 @@ pub(crate) unsafe fn insn_bytes<'a>(insn: *mut qemu_plugin_insn) -> &'a [u8] {
 /// filter takes stores and at a translated store always: so the add runs at the store there.
 /// (Where a translated load meets the load filter instead, it runs at the load.) A
 /// `cmpxchg16b`, two loads and two stores of a helper when serial, adds 2 at each load.
-fn register_counting(tb: *mut qemu_plugin_tb, c: usize, whole_block: bool) {
+fn register_counting(tb: *mut qemu_plugin_tb, c: usize) {
     // SAFETY: `tb` is valid during the translation callback that passes it.
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
     let mut fixed_sum = 0u64;
+    let mut whole_block = true;
     for i in 0..n {
         // SAFETY: i < n instructions of this TB, valid during the callback; each lane is a
         // u64 on a counter page that lives until exit.
@@ -1179,6 +1189,9 @@ fn register_counting(tb: *mut qemu_plugin_tb, c: usize, whole_block: bool) {
             let insn = qemu_plugin_tb_get_insn(tb, i);
             let decoded = pieces::Insn::new(insn_bytes(insn));
             let pieces = decoded.shape().pieces;
+            if decoded.atomic_rmw() || decoded.decoded().has_lock_prefix() {
+                whole_block = false;
+            }
             if whole_block {
                 if let Some(k) = fixed::fixed_accesses(&decoded) {
                     if fixed::checking() {
@@ -1228,7 +1241,7 @@ extern "C" fn rdx_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     // SAFETY: `tb` is valid during this callback.
     rdx::translated(unsafe { qemu_plugin_tb_vaddr(tb) }, set);
     if let Some(c) = counting {
-        register_counting(tb, c, true);
+        register_counting(tb, c);
         return;
     }
     // SAFETY: `tb` and its instruction handles are valid during this callback; the ip
@@ -1851,6 +1864,12 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
             } else {
                 "; counting by callbacks since the second thread started"
             }
+        )));
+    }
+    let faults = switch::other_faults();
+    if switch::resets() > 0 && faults > 0 {
+        let _ = p.tx.send(Msg::Note(format!(
+            "{faults} fault(s) (SIGSEGV) while sampled: the program's own (handled), or QEMU's on pages it wrote code to; a block that a fault stopped while its thread counted a skip inline counted its remaining accesses (a few), which never ran, so that skip may be as many too long"
         )));
     }
     if let Some(note) = children_note() {

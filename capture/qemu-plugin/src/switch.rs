@@ -1,8 +1,9 @@
 //! Switched sampling: skipped accesses are counted by generated code, not by callbacks.
 //!
-//! Between windows the plugin translates the guest with one inline add per memory access to
-//! a counter (no call: QEMU emits load, add, store), so skipping costs little more than bare
-//! QEMU. A window is recorded with the memory callbacks of the callback mode. Switching
+//! Between windows the plugin translates the guest with inline adds to a counter (no call:
+//! QEMU emits load, add, store), one per block for the instructions whose accesses are fixed
+//! and one per access for the others (the plugin's `register_counting`), so skipping costs
+//! little more than bare QEMU. A window is recorded with the memory callbacks of the callback mode. Switching
 //! between the two changes the instrumentation of the thread's translations, which QEMU does
 //! asynchronously and only when asked from a vCPU thread:
 //!
@@ -15,7 +16,9 @@
 //!   interrupts generated code, which holds no QEMU lock, so the request is safe.
 //!
 //! Every access is counted exactly once, by a counter or by a callback, so skipped counts
-//! stay exact; the windows start up to one poll late, which only lengthens a skip.
+//! stay exact (a switch comes between two blocks, where a block's add has counted only
+//! accesses made; a block that a fault stops has counted its rest: [`other_faults`] counts
+//! those faults); the windows start up to one poll late, which only lengthens a skip.
 //!
 //! QEMU 7.2 switches in place ([`sys::keyed_translations`]): it keeps a set of translations
 //! per code of per-vCPU trace-event states, and a switch changes the thread's code. Every
@@ -308,6 +311,17 @@ pub fn switches_in_place() -> u64 {
     SWITCHES_IN_PLACE.load(Ordering::Relaxed)
 }
 
+/// Faults (SIGSEGV) other than the counters' own: the program's (a crash, or one it handles)
+/// and QEMU's on pages of code it protects against writes. A block that such a fault stops
+/// has added, when it started, the fixed accesses of its instructions from the faulting one
+/// on (see the plugin's `register_counting`).
+static OTHER_FAULTS: AtomicU64 = AtomicU64::new(0);
+
+/// [`OTHER_FAULTS`] so far.
+pub fn other_faults() -> u64 {
+    OTHER_FAULTS.load(Ordering::Relaxed)
+}
+
 /// Sets up switched sampling for plugin `id` (when `enabled`) and starts the poller.
 pub fn init(id: u64, enabled: bool) -> Result<(), String> {
     PLUGIN_ID.store(id, Ordering::Relaxed);
@@ -388,6 +402,7 @@ fn poller() {
 /// translations that add to it).
 fn on_fault(addr: usize) -> bool {
     let Some(c) = (0..COUNTERS).find(|&c| page(c) as usize == addr & !0xfff) else {
+        OTHER_FAULTS.fetch_add(1, Ordering::Relaxed);
         return false;
     };
     // SAFETY: our own page; mprotect is async-signal-safe.

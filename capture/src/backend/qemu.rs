@@ -399,6 +399,13 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                 None => {}
                 Some(Ok(d)) => {
                     tail = d.tail_skipped;
+                    if let (ProgramExit::Signal(s), true) = (exit, d.tail_counted_inline > 0) {
+                        warnings.push(format!(
+                            "{} skipped accesses after the last windows were counted inline up to {}: a block counts its accesses when it starts, so a thread stopped inside one also counted the rest of that block (a few accesses), which never ran",
+                            d.tail_counted_inline,
+                            signal_name(s)
+                        ));
+                    }
                     for p in d.problems {
                         warnings.push(format!("{why}; recorded accesses not recovered: {p}"));
                     }
