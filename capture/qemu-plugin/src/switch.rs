@@ -3,9 +3,9 @@
 //! Between windows the plugin translates the guest with inline adds to a counter (no call:
 //! QEMU emits load, add, store), one per block for the instructions whose accesses are fixed
 //! and one per access for the others (the plugin's `register_counting`), so skipping costs
-//! little more than bare QEMU. A window is recorded with the memory callbacks of the callback mode. Switching
-//! between the two changes the instrumentation of the thread's translations, which QEMU does
-//! asynchronously and only when asked from a vCPU thread:
+//! little more than bare QEMU. A window is recorded with the memory callbacks of the callback
+//! mode. Switching between the two changes the instrumentation of the thread's translations,
+//! which QEMU does asynchronously and only when asked from a vCPU thread:
 //!
 //! - window closed -> count: the memory callback that closes the window asks for the switch;
 //!   until it is made, callbacks go on counting skips themselves.
