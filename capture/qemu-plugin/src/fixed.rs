@@ -103,6 +103,13 @@ pub fn fixed_accesses(insn: &Insn) -> Option<u8> {
     })
 }
 
+/// Whether `insn` divides (`div`, `idiv`): it may raise a division error (SIGFPE, which a
+/// program can survive) after its access, so the instructions after it in its block may not
+/// run (see the plugin's `register_counting`).
+pub fn divides(insn: &Insn) -> bool {
+    matches!(insn.decoded().mnemonic(), Mnemonic::Div | Mnemonic::Idiv)
+}
+
 thread_local! {
     /// The translating thread's instruction-info factory, whose buffers serve every
     /// instruction it decodes (a new one per instruction allocated them anew).

@@ -1166,9 +1166,11 @@ pub(crate) unsafe fn insn_bytes<'a>(insn: *mut qemu_plugin_insn) -> &'a [u8] {
 /// way has counted its fixed accesses from there on, which never ran: where an access
 /// faults (the program's crash or a fault it handles, QEMU's protection of a page it wrote
 /// code to; `switch` counts these faults) or QEMU kills the process mid-block (SIGKILL).
-/// An atomic instruction can also stop a block without a fault (QEMU runs a misaligned one
-/// again alone, then the block's rest as a new block), so the block's add stops before it
-/// and the instructions from there on add per access: exact either way.
+/// Two kinds of instruction can also stop a block without a fault, so the block's add stops
+/// at them and the instructions after them add per access, exact either way: an atomic one
+/// (QEMU runs a misaligned one again alone, then the block's rest as a new block), which
+/// adds per access itself, and a division (a division error the program may survive), whose
+/// own access comes first and stays in the add.
 ///
 /// A locked read-modify-write adds 2, filtered to loads, so that it counts its load and store
 /// once per execution whether QEMU performs them apart (serially) or as one access that is
@@ -1192,7 +1194,13 @@ fn register_counting(tb: *mut qemu_plugin_tb, c: usize) {
             if decoded.atomic_rmw() || decoded.decoded().has_lock_prefix() {
                 whole_block = false;
             }
-            if whole_block {
+            let in_add = whole_block;
+            if fixed::divides(&decoded) {
+                // Its accesses come before a division error would: it stays in the add, the
+                // instructions after it add per access.
+                whole_block = false;
+            }
+            if in_add {
                 if let Some(k) = fixed::fixed_accesses(&decoded) {
                     if fixed::checking() {
                         fixed::check(insn, k, pieces);
