@@ -57,12 +57,7 @@ use crate::sys::{
 /// instruction must count them itself.
 pub fn fixed_accesses(insn: &Insn) -> Option<u8> {
     let i = insn.decoded();
-    if i.is_invalid()
-        || i.has_lock_prefix()
-        || i.is_string_instruction()
-        || uncounted(i.mnemonic())
-        || pieces::atomic_rmw(i)
-    {
+    if i.is_invalid() || atomic(insn) || i.is_string_instruction() || uncounted(i.mnemonic()) {
         return None;
     }
     let explicit = (0..i.op_count())
@@ -101,6 +96,14 @@ pub fn fixed_accesses(insn: &Insn) -> Option<u8> {
         }
         Some(n)
     })
+}
+
+/// Whether `insn` is atomic (a `lock` prefix, or `xchg` with memory): its accesses are not
+/// fixed, and QEMU may run it again alone, then the rest of its block as a new block (see the
+/// plugin's `register_counting`).
+pub fn atomic(insn: &Insn) -> bool {
+    let i = insn.decoded();
+    i.has_lock_prefix() || pieces::atomic_rmw(i)
 }
 
 /// Whether `insn` divides (`div`, `idiv`): it may raise a division error (SIGFPE, which a

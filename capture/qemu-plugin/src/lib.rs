@@ -1191,7 +1191,7 @@ fn register_counting(tb: *mut qemu_plugin_tb, c: usize) {
             let insn = qemu_plugin_tb_get_insn(tb, i);
             let decoded = pieces::Insn::new(insn_bytes(insn));
             let pieces = decoded.shape().pieces;
-            if decoded.atomic_rmw() || decoded.decoded().has_lock_prefix() {
+            if fixed::atomic(&decoded) {
                 whole_block = false;
             }
             let in_add = whole_block;
