@@ -8,6 +8,11 @@ use mgbench_capture::trace::{
 };
 
 fn gather_like(n: usize) -> Chunk {
+    gather_over(n, 4096)
+}
+
+/// A gather's index stream and its random loads over a table of `table` 8-byte elements.
+fn gather_over(n: usize, table: u64) -> Chunk {
     let mut state = 7u64;
     let mut accesses = Vec::with_capacity(n);
     for j in 0..n as u64 / 2 {
@@ -22,7 +27,7 @@ fn gather_like(n: usize) -> Chunk {
         });
         accesses.push(Access {
             ip: 0x401104,
-            addr: 0x5000000 + 8 * ((state >> 33) % 4096),
+            addr: 0x5000000 + 8 * ((state >> 33) % table),
             size: 8,
             kind: AccessKind::Load,
         });
@@ -77,6 +82,7 @@ fn main() {
     }
     for (what, chunk) in [
         ("gather", gather_like(1 << 16)),
+        ("gather over 2^24 elements", gather_over(1 << 16, 1 << 24)),
         ("stream", stream_like(1 << 16)),
     ] {
         println!("{what}:");

@@ -155,12 +155,19 @@ extern "C" fn forget_in_child() {
 /// The decoding-table entry of meminfo `info` (0: unknown).
 #[inline]
 pub fn decode_entry(info: u32) -> u8 {
-    let i = info as usize;
-    if i >= DECODE_ENTRIES {
-        return 0;
+    decode_table().get(info as usize).copied().unwrap_or(0)
+}
+
+/// The decoding table, by meminfo (an encoder looks it up once per chunk).
+#[inline]
+pub fn decode_table() -> &'static [u8] {
+    let base = BASE.load(Ordering::Relaxed);
+    if base.is_null() {
+        return &[];
     }
-    // SAFETY: the table was filled in init and is only read afterwards.
-    unsafe { *BASE.load(Ordering::Relaxed).add(DECODE_OFFSET + i) }
+    // SAFETY: the table lies inside the mapping, which lives until process exit; it was
+    // filled in init and is only read afterwards.
+    unsafe { std::slice::from_raw_parts(base.add(DECODE_OFFSET), DECODE_ENTRIES) }
 }
 
 fn slot_at(index: u32) -> Slot {
