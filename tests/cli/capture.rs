@@ -2025,6 +2025,7 @@ fn a_forked_child_exits_with_its_own_status() {
 /// itself with /bin/true) or `exit`.
 const DYING: &str = r#"#include <pthread.h>
 #include <setjmp.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2051,6 +2052,18 @@ int main(int c, char **v) {
     signal(SIGFPE, on_fault);
     for (int i = 0; i < 100; i++)
       if (!sigsetjmp(jump, 1)) { sink[0] = n / zero; sink[1] = i; }
+    free(fill(0));
+  }
+  if (v[3][0] == 'b') {
+    /* 100 reads past the end of a mapped file (SIGBUS) the program handles. */
+    char path[] = "busXXXXXX";
+    int fd = mkstemp(path);
+    unlink(path);
+    if (fd < 0 || ftruncate(fd, 4096)) return 2;
+    volatile char *m = mmap(0, 8192, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return 3;
+    signal(SIGBUS, on_fault);
+    for (int i = 0; i < 100; i++) if (!sigsetjmp(jump, 1)) n += m[4096 + i];
     free(fill(0));
   }
   if (v[3][0] == 'w') { printf("ready\n"); fflush(stdout); pause(); }
@@ -2352,24 +2365,25 @@ fn sampled_skip_counts_stay_exact_when_the_program_dies_or_execs() {
     // every count stays exact.
     let (full, sampled) = survives("fpe");
     assert!(assert_skips_exact(&full, &sampled).values().sum::<usize>() >= 2);
-    // 100 faults the program handles while it counts inline: each may leave the rest of its
-    // block counted (600 here), and the trace counts the faults in a note.
-    let (full, sampled) = survives("handled");
-    let (fe, se) = (full.end.as_ref().unwrap(), sampled.end.as_ref().unwrap());
-    let total = se.recorded + se.skipped;
-    assert!(
-        (fe.recorded..=fe.recorded + 100 * 16).contains(&total),
-        "recorded + skipped {total}, the full trace {}",
-        fe.recorded
-    );
-    assert!(
-        sampled
-            .notes
-            .iter()
-            .any(|n| n.starts_with("100 fault(s) (SIGSEGV) while sampled")),
-        "{:?}",
-        sampled.notes
-    );
+    // 100 faults the program handles while it counts inline, segmentation faults or reads
+    // past the end of a mapped file: each may leave the rest of its block counted (600
+    // here), and the trace counts the faults in a note.
+    for (how, signal) in [("handled", "SIGSEGV"), ("bus", "SIGBUS")] {
+        let (full, sampled) = survives(how);
+        let (fe, se) = (full.end.as_ref().unwrap(), sampled.end.as_ref().unwrap());
+        let total = se.recorded + se.skipped;
+        assert!(
+            (fe.recorded..=fe.recorded + 100 * 16).contains(&total),
+            "{how}: recorded + skipped {total}, the full trace {}",
+            fe.recorded
+        );
+        let note = format!("100 fault(s) ({signal}) while sampled");
+        assert!(
+            sampled.notes.iter().any(|n| n.starts_with(&note)),
+            "{how}: {:?}",
+            sampled.notes
+        );
+    }
 }
 
 #[test]

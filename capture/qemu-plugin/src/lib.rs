@@ -1876,10 +1876,16 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
             }
         )));
     }
-    let faults = switch::other_faults();
-    if switch::resets() > 0 && faults > 0 {
+    let (segv, bus) = switch::other_faults();
+    if switch::resets() > 0 && segv + bus > 0 {
+        let kinds = match (segv, bus) {
+            (_, 0) => "SIGSEGV".to_string(),
+            (0, _) => "SIGBUS".to_string(),
+            _ => format!("{segv} SIGSEGV, {bus} SIGBUS"),
+        };
         let _ = p.tx.send(Msg::Note(format!(
-            "{faults} fault(s) (SIGSEGV) while sampled: the program's own (handled), or QEMU's on pages it wrote code to; a block that a fault stopped while its thread counted a skip inline counted its remaining accesses (a few), which never ran, so that skip may be as many too long"
+            "{} fault(s) ({kinds}) while sampled: the program's own (handled), or QEMU's on pages it wrote code to; a block that a fault stopped while its thread counted a skip inline counted its remaining accesses (a few), which never ran, so that skip may be as many too long",
+            segv + bus
         )));
     }
     if let Some(note) = children_note() {

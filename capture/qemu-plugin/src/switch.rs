@@ -316,10 +316,20 @@ pub fn switches_in_place() -> u64 {
 /// has added, when it started, the fixed accesses of its instructions from the faulting one
 /// on (see the plugin's `register_counting`).
 static OTHER_FAULTS: AtomicU64 = AtomicU64::new(0);
+/// SIGBUS faults (the program's accesses past the end of a file it mapped), which stop a
+/// block as a SIGSEGV does.
+static BUS_FAULTS: AtomicU64 = AtomicU64::new(0);
 
-/// [`OTHER_FAULTS`] so far.
-pub fn other_faults() -> u64 {
-    OTHER_FAULTS.load(Ordering::Relaxed)
+/// [`OTHER_FAULTS`] and [`BUS_FAULTS`] so far.
+pub fn other_faults() -> (u64, u64) {
+    (
+        OTHER_FAULTS.load(Ordering::Relaxed),
+        BUS_FAULTS.load(Ordering::Relaxed),
+    )
+}
+
+fn on_bus_fault() {
+    BUS_FAULTS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Sets up switched sampling for plugin `id` (when `enabled`) and starts the poller.
@@ -650,7 +660,9 @@ pub fn on_reset(c: usize, credit: impl FnOnce(u32, u64) -> u64) {
         Mode::Callbacks
     };
     if to == Mode::Count {
-        if let Err(e) = sys::install_fault_hook(on_fault) {
+        if let Err(e) =
+            sys::install_fault_hook(on_fault).and_then(|()| sys::install_bus_hook(on_bus_fault))
+        {
             sys::outs(&format!("{e}: switched sampling off"));
             ENABLED.store(false, Ordering::Release);
             return finish(c, Mode::Callbacks);

@@ -536,6 +536,23 @@ pub fn install_fault_hook(hook: FaultHook) -> Result<(), String> {
     install_in_front(libc::SIGSEGV, &FAULT_HOOK, hook, on_segv)
 }
 
+static BUS_HOOK: std::sync::OnceLock<(fn(), libc::sigaction)> = std::sync::OnceLock::new();
+
+extern "C" fn on_bus(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    let Some((hook, old)) = BUS_HOOK.get() else {
+        return;
+    };
+    hook();
+    chain(old, sig, info, ctx);
+}
+
+/// Puts `hook` in front of the current SIGBUS handler (once), which then goes on to QEMU's:
+/// `hook` only notes the fault (a guest access past the end of a file it mapped). QEMU keeps
+/// its host handlers for SIGSEGV and SIGBUS whatever handlers the guest sets.
+pub fn install_bus_hook(hook: fn()) -> Result<(), String> {
+    install_in_front(libc::SIGBUS, &BUS_HOOK, hook, on_bus)
+}
+
 /// Installs `handler` for `sig` in front of the current handler, which is kept with `hook` in
 /// `slot` for the handler to call on. Once per signal: later calls do nothing.
 fn install_in_front<H>(
