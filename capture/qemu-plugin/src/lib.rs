@@ -1530,6 +1530,21 @@ pub(crate) fn children() -> u64 {
     CHILDREN.load(Ordering::Relaxed)
 }
 
+/// The trace's note on faults other than the counters' own (`segv` SIGSEGV, `bus` SIGBUS)
+/// in a sampled capture that counted inline, if there were any.
+fn faults_note(segv: u64, bus: u64) -> Option<String> {
+    let kinds = match (segv, bus) {
+        (0, 0) => return None,
+        (_, 0) => "SIGSEGV".to_string(),
+        (0, _) => "SIGBUS".to_string(),
+        _ => format!("{segv} SIGSEGV, {bus} SIGBUS"),
+    };
+    Some(format!(
+        "{} fault(s) ({kinds}) while sampled: the program's own (handled), or QEMU's on pages it wrote code to; a block that a fault stopped while its thread counted a skip inline counted its remaining accesses (a few), which never ran, so that skip may be as many too long",
+        segv + bus
+    ))
+}
+
 /// What the trace says about child processes, if there were any.
 fn children_note() -> Option<String> {
     let n = children();
@@ -1877,16 +1892,10 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
         )));
     }
     let (segv, bus) = switch::other_faults();
-    if switch::resets() > 0 && segv + bus > 0 {
-        let kinds = match (segv, bus) {
-            (_, 0) => "SIGSEGV".to_string(),
-            (0, _) => "SIGBUS".to_string(),
-            _ => format!("{segv} SIGSEGV, {bus} SIGBUS"),
-        };
-        let _ = p.tx.send(Msg::Note(format!(
-            "{} fault(s) ({kinds}) while sampled: the program's own (handled), or QEMU's on pages it wrote code to; a block that a fault stopped while its thread counted a skip inline counted its remaining accesses (a few), which never ran, so that skip may be as many too long",
-            segv + bus
-        )));
+    if switch::resets() > 0 {
+        if let Some(note) = faults_note(segv, bus) {
+            let _ = p.tx.send(Msg::Note(note));
+        }
     }
     if let Some(note) = children_note() {
         let _ = p.tx.send(Msg::Note(note));
@@ -2104,6 +2113,15 @@ pub(crate) fn switched(c: usize) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_faults_note_names_each_kind_seen() {
+        assert_eq!(faults_note(0, 0), None);
+        let note = |segv, bus| faults_note(segv, bus).unwrap();
+        assert!(note(100, 0).starts_with("100 fault(s) (SIGSEGV) while sampled"));
+        assert!(note(0, 7).starts_with("7 fault(s) (SIGBUS) while sampled"));
+        assert!(note(3, 100).starts_with("103 fault(s) (3 SIGSEGV, 100 SIGBUS) while sampled"));
+    }
+
     use super::*;
 
     #[test]
