@@ -449,8 +449,43 @@ impl Vcpu {
             self.open_sample(self.skipped);
             self.skipped = 0;
         }
-        let Some(s) = &self.slot else {
+        if !self.put(ip, addr, info) {
             return;
+        }
+        self.window_used += 1;
+        if self.window_used == self.window {
+            self.close_sample();
+            self.sample_id += 1;
+            self.window_used = 0;
+            self.skip_left = self.period - self.window;
+            switch::window_closed(self.vcpu);
+        }
+        if self.len as usize >= SLOT_ACCESSES || self.closed as usize >= SLOT_SAMPLES {
+            self.flush(false);
+        }
+    }
+
+    /// Records an access of a full capture outside an inclusive ROI (see [`full_mem_cb`]):
+    /// no skip, no window to close, the one sample open from the first access on (a slot
+    /// holds at most one sample's end, so it is handed over when its accesses are full).
+    #[inline(always)]
+    fn record_full(&mut self, ip: u64, addr: u64, info: u32) {
+        if !self.sample_open {
+            if self.off {
+                return;
+            }
+            self.open_sample(0);
+        }
+        if self.put(ip, addr, info) && self.len as usize >= SLOT_ACCESSES {
+            self.flush(false);
+        }
+    }
+
+    /// Writes an access into the slot (false: there is none, recording is off).
+    #[inline(always)]
+    fn put(&mut self, ip: u64, addr: u64, info: u32) -> bool {
+        let Some(s) = &self.slot else {
+            return false;
         };
         // SAFETY: len < SLOT_ACCESSES (the slot is handed over when full), so the write is
         // inside the slot this thread alone fills.
@@ -473,17 +508,7 @@ impl Vcpu {
         // Published after the access is written: mgbench reads `len` if QEMU dies.
         s.header.len.store(self.len, Ordering::Release);
         self.sample_len += 1;
-        self.window_used += 1;
-        if self.window_used == self.window {
-            self.close_sample();
-            self.sample_id += 1;
-            self.window_used = 0;
-            self.skip_left = self.period - self.window;
-            switch::window_closed(self.vcpu);
-        }
-        if self.len as usize >= SLOT_ACCESSES || self.closed as usize >= SLOT_SAMPLES {
-            self.flush(false);
-        }
+        true
     }
 
     /// A ROI capture's access at `addr`, before it is recorded: notes it, and leaves the ROI
@@ -720,6 +745,20 @@ extern "C" fn mem_cb(vcpu: c_uint, info: qemu_plugin_meminfo_t, addr: u64, udata
     // SAFETY: QEMU runs memory callbacks on the vCPU's own thread.
     if let Some(v) = unsafe { vcpu_state(vcpu) } {
         v.record(udata as u64, addr, info);
+    }
+}
+
+/// [`mem_cb`] of a full capture (no windows) outside an inclusive ROI: none of a sampled
+/// capture's tests of skips and windows, nor the ROI gate's.
+extern "C" fn full_mem_cb(
+    vcpu: c_uint,
+    info: qemu_plugin_meminfo_t,
+    addr: u64,
+    udata: *mut c_void,
+) {
+    // SAFETY: QEMU runs memory callbacks on the vCPU's own thread.
+    if let Some(v) = unsafe { vcpu_state(vcpu) } {
+        v.record_full(udata as u64, addr, info);
     }
 }
 
@@ -1124,6 +1163,8 @@ extern "C" fn tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             (roi_inlined_cb, vaddr | call)
         } else if p.cfg.roi_mode == RoiMode::Inclusive {
             (roi_mem_cb, vaddr)
+        } else if p.cfg.window == u64::MAX {
+            (full_mem_cb, vaddr)
         } else {
             (mem_cb, vaddr)
         };
