@@ -1696,7 +1696,14 @@ fn read_proc_maps() -> Vec<Mapping> {
 /// (filled once through the API at start) instead of two FFI calls per access.
 #[inline]
 fn decode(info: u32) -> (u8, AccessKind) {
-    spill::decode_info(slots::decode_entry(info)).unwrap_or_else(|| decode_by_qemu(info))
+    decode_in(slots::decode_table(), info)
+}
+
+/// [`decode`] with the decoding table already at hand (an encoder takes it once per chunk).
+#[inline(always)]
+fn decode_in(table: &[u8], info: u32) -> (u8, AccessKind) {
+    let entry = table.get(info as usize).copied().unwrap_or(0);
+    spill::decode_info(entry).unwrap_or_else(|| decode_by_qemu(info))
 }
 
 /// [`decode`] by QEMU's functions (no table: live RDX has none).
@@ -1758,9 +1765,7 @@ fn encoder_loop(rx: std::sync::Arc<Mutex<Receiver<u32>>>, level: i32) {
                 // of an encoder's time. Each record's own line (2.7 records share one): a
                 // prefetch every other record measured the same.
                 sys::prefetch_read(std::ptr::from_ref(r).wrapping_add(READ_AHEAD));
-                let entry = table.get(r.info as usize).copied().unwrap_or(0);
-                let (size, kind) =
-                    spill::decode_info(entry).unwrap_or_else(|| decode_by_qemu(r.info));
+                let (size, kind) = decode_in(table, r.info);
                 Access {
                     ip: r.ip,
                     addr: r.addr,
@@ -2154,6 +2159,8 @@ pub(crate) fn switched(c: usize) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn the_faults_note_names_each_kind_seen() {
         assert_eq!(faults_note(0, 0), None);
@@ -2162,8 +2169,6 @@ mod tests {
         assert!(note(0, 7).starts_with("7 fault(s) (SIGBUS) while sampled"));
         assert!(note(3, 100).starts_with("103 fault(s) (3 SIGSEGV, 100 SIGBUS) while sampled"));
     }
-
-    use super::*;
 
     #[test]
     fn late_roi_names_are_parsed() {

@@ -152,12 +152,6 @@ extern "C" fn forget_in_child() {
     }
 }
 
-/// The decoding-table entry of meminfo `info` (0: unknown).
-#[inline]
-pub fn decode_entry(info: u32) -> u8 {
-    decode_table().get(info as usize).copied().unwrap_or(0)
-}
-
 /// The decoding table, by meminfo (an encoder looks it up once per chunk).
 #[inline]
 pub fn decode_table() -> &'static [u8] {
