@@ -24,7 +24,7 @@ give the live runs' effective samples.
 
     python3 scripts/rdx-accuracy.py [--periods auto,1024,8192] [--seeds 5] [--live]
                                     [--live-period same|auto]
-                                    [--watchpoints 4] [--attribution ht] [--skip-build]
+                                    [--watchpoints 4] [--attribution km] [--skip-build]
                                     [--longer K] [--work DIR] [--json FILE]
 
 --longer K runs every program K times as long on the same data (RDX's sampled histograms
@@ -155,7 +155,7 @@ def main():
     ap.add_argument("--periods", default="auto,1024,8192")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--watchpoints", type=int, default=4)
-    ap.add_argument("--attribution", default="ht")
+    ap.add_argument("--attribution", default="km")
     ap.add_argument("--programs", default=",".join(PROGRAMS))
     ap.add_argument("--work", default="/tmp/mgbench-rdx-accuracy",
                     help="traces are kept here between runs")

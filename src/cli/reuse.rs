@@ -40,6 +40,7 @@ pub enum AttributionArg {
     All,
     One,
     Ht,
+    Km,
 }
 
 #[derive(Debug, Args)]
@@ -68,9 +69,11 @@ pub struct ReuseArgs {
     /// What a trap stands for: the samples at the use's instruction since the register was
     /// last empty (ip-interval), or since its last replacement (ip-armed), every sample since
     /// it was last empty (all), or just itself (one).
-    /// `ht` (the default) weighs each trap by the inverse of the probability that its sample
-    /// was kept (Horvitz-Thompson), which is unbiased whatever the instruction mix.
-    #[arg(long, value_enum, default_value_t = AttributionArg::Ht)]
+    /// `ht` weighs each trap by the inverse of the probability that its sample was kept
+    /// (Horvitz-Thompson), which is unbiased whatever the instruction mix. `km` (the
+    /// default) counts every watched sample (Kaplan-Meier): one whose watch a replacement
+    /// ended says its reuse is later, and its weight goes to the watches that lasted longer.
+    #[arg(long, value_enum, default_value_t = AttributionArg::Km)]
     attribution: AttributionArg,
     /// Skip the exact histograms and the accuracy (a full pass of Olken's method).
     #[arg(long)]
@@ -114,6 +117,7 @@ impl ReuseArgs {
                 AttributionArg::All => Attribution::All,
                 AttributionArg::One => Attribution::One,
                 AttributionArg::Ht => Attribution::Ht,
+                AttributionArg::Km => Attribution::Km,
             },
             ..RdxConfig::default()
         }

@@ -823,7 +823,8 @@ pub fn reuse_live(
     let mut tracks = Vec::with_capacity(threads.len());
     for (_, mut t) in threads {
         let timeline = &mut t.timeline;
-        t.sampler.finish(&mut |pr| on_pair(pr, timeline));
+        let end = t.end.unwrap_or(t.last);
+        t.sampler.finish_at(end, &mut |pr| on_pair(pr, timeline));
         tracks.push(Track {
             sampler: t.sampler,
             timeline: t.timeline,
