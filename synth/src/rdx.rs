@@ -828,7 +828,7 @@ pub fn reuse_live(
         tracks.push(Track {
             sampler: t.sampler,
             timeline: t.timeline,
-            len: t.end.unwrap_or(t.last),
+            len: end,
             exact: None,
         });
     }

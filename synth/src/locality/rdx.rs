@@ -921,6 +921,9 @@ fn redistribute(held: Vec<Watched>) -> Vec<Pair> {
     for (i, w) in held.iter().enumerate() {
         strata.entry(w.stratum).or_default().push(i);
     }
+    // With one octave (every trace-driven run) the pooled watches are that octave's: none
+    // outlasts what outlasted it.
+    let octaves = strata.len();
     let mut weight = vec![0.0; held.len()];
     let mut stranded = Vec::new();
     for items in strata.into_values() {
@@ -930,23 +933,30 @@ fn redistribute(held: Vec<Watched>) -> Vec<Pair> {
         }
         stranded.extend(left);
     }
-    let mut out = Vec::new();
-    if !stranded.is_empty() {
+    // The pooled watches by length, with the pooled masses of those longer than each.
+    let pooled = (octaves > 1 && !stranded.is_empty()).then(|| {
         let (mut pooled, _) = product_limit(&held, (0..held.len()).collect());
         pooled.sort_by_key(|&(i, _)| held[i].watched);
-        // Pooled masses of the watches longer than each length, from the longest down.
         let mut longer = vec![0.0; pooled.len() + 1];
         for k in (0..pooled.len()).rev() {
             longer[k] = longer[k + 1] + pooled[k].1;
         }
-        for (i, m) in stranded {
-            let c = held[i].watched;
+        (pooled, longer)
+    });
+    let mut out = Vec::new();
+    for (i, m) in stranded {
+        let c = held[i].watched;
+        let after = pooled.as_ref().and_then(|(pooled, longer)| {
             let first = pooled.partition_point(|&(j, _)| held[j].watched <= c);
-            if longer[first] > 0.0 {
-                for &(j, pm) in &pooled[first..] {
-                    weight[j] += m * pm / longer[first];
+            (longer[first] > 0.0).then(|| (&pooled[first..], longer[first]))
+        });
+        match after {
+            Some((after, total)) => {
+                for &(j, pm) in after {
+                    weight[j] += m * pm / total;
                 }
-            } else {
+            }
+            None => {
                 let mut pair = held[i].pair;
                 (pair.time, pair.reuse_ip, pair.weight) = (None, None, m);
                 out.push(pair);
@@ -1155,15 +1165,20 @@ impl Sampler {
             weight: self.attributed(s),
         };
         if self.cfg.attribution == Attribution::Km {
-            self.held.push(Watched {
-                pair,
-                watched,
-                replaced: false,
-                stratum: stratum(s.scale),
-            });
+            self.hold(s, pair, watched, false);
         } else {
             on_pair(pair);
         }
+    }
+
+    /// Keeps what became of the watch of `s` for [`Attribution::Km`]'s weights.
+    fn hold(&mut self, s: &Slot, pair: Pair, watched: u64, replaced: bool) {
+        self.held.push(Watched {
+            pair,
+            watched,
+            replaced,
+            stratum: stratum(s.scale),
+        });
     }
 
     /// Places a new sample: `given` is the live reservoir's choice, `None` to choose here.
@@ -1244,20 +1259,16 @@ impl Sampler {
             Some(k) => {
                 // Replaced within the register's reservoir interval, which goes on.
                 slot.interval_start = self.slots[k].map_or(number, |o| o.interval_start);
-                slot.entry = scale / q.iter().sum::<f64>().max(q[k]).max(1e-300);
+                slot.entry = scale / q.iter().sum::<f64>().max(1e-300);
                 if let (Some(o), Attribution::Km) = (self.slots[k], self.cfg.attribution) {
-                    self.held.push(Watched {
-                        pair: Pair {
-                            use_ip: o.use_ip,
-                            use_time: o.use_time,
-                            reuse_ip: None,
-                            time: None,
-                            weight: o.entry,
-                        },
-                        watched: now.saturating_sub(o.use_time),
-                        replaced: true,
-                        stratum: stratum(o.scale),
-                    });
+                    let pair = Pair {
+                        use_ip: o.use_ip,
+                        use_time: o.use_time,
+                        reuse_ip: None,
+                        time: None,
+                        weight: o.entry,
+                    };
+                    self.hold(&o, pair, now.saturating_sub(o.use_time), true);
                 }
                 // Every busy register could have taken it, and each one's Horvitz-Thompson
                 // weight counts it once on average: divided among them, it counts once.
