@@ -52,9 +52,11 @@
 //! long window of a program that builds a structure and then walks it is judged by the
 //! walk's many short reuses and looks nearly free of new locations. Cut into phases, each
 //! with its own `W_s`, a window counts its distinct locations phase by phase; the number of
-//! phases follows how many effective uses the weights leave. Threads are alike or not in the
-//! same way: [`parting`] tests whether two threads' reuse times could come from one
-//! behaviour, so that threads with too few uses for phases are pooled only with their like.
+//! phases follows how many effective uses the weights leave, and a run is cut only where
+//! some phase's reuse times differ from the rest's ([`parting`]): a steady loop cut into
+//! phases only gets each phase's sampling noise. Threads are alike or not in the same way:
+//! [`parting`] tests whether two threads' reuse times could come from one behaviour, so that
+//! threads with too few uses for phases are pooled only with their like.
 //!
 //! **Accuracy** ([`accuracy`]): `S = 1 - sum_i |B_i - B^_i| / 2` over histograms of fractions
 //! (RDX's Eq. 1); `S^` is the same over averages of adjacent bins (Eq. 2), which forgives a
@@ -617,9 +619,47 @@ impl Timeline {
     }
 
     /// The phases a run of `len` accesses is cut into: as many equal ones (whole buckets,
-    /// at most [`MAX_PHASES`]) as its effective uses allow, [`USES_PER_PHASE`] each.
+    /// at most [`MAX_PHASES`]) as its effective uses allow, [`USES_PER_PHASE`] each, where
+    /// some of them differ from the rest of the run ([`parting`] at [`ALIKE_LEVEL`] over
+    /// their number); where none does, one. Cut into phases, a run that behaves alike
+    /// throughout only gets each phase's sampling noise in its `W_s`.
     pub fn phases(&self, len: u64) -> usize {
-        ((self.effective() / USES_PER_PHASE) as usize).clamp(1, MAX_PHASES.min(self.buckets(len)))
+        let most = ((self.effective() / USES_PER_PHASE) as usize)
+            .clamp(1, MAX_PHASES.min(self.buckets(len)));
+        if most > 1 && self.phases_differ(len, most) {
+            most
+        } else {
+            1
+        }
+    }
+
+    /// Per phase of `phases` (bucket b in phase `b * phases / buckets`): its histogram and
+    /// its uses' total weight and sum of squared weights.
+    fn split(&self, len: u64, phases: usize) -> Vec<(Histogram, (f64, f64))> {
+        let buckets = self.buckets(len);
+        let mut per = vec![(Histogram::default(), (0.0, 0.0)); phases];
+        for (b, bin, v) in self.each() {
+            let p = &mut per[((b as usize * phases) / buckets).min(phases - 1)];
+            p.0.add_cell(bin, v);
+            p.1 = (p.1 .0 + v[0], p.1 .1 + v[3]);
+        }
+        per
+    }
+
+    /// Whether some of `phases` phases parts from the rest of the run.
+    fn phases_differ(&self, len: u64, phases: usize) -> bool {
+        let per = self.split(len, phases);
+        let level = ALIKE_LEVEL / phases as f64;
+        (0..phases).any(|s| {
+            let mut rest = Histogram::default();
+            let mut rest_w = (0.0, 0.0);
+            for (_, (h, w)) in per.iter().enumerate().filter(|p| p.0 != s) {
+                rest.merge(h);
+                rest_w = (rest_w.0 + w.0, rest_w.1 + w.1);
+            }
+            let (h, w) = &per[s];
+            parting_at(h, effective(&[*w]), &rest, effective(&[rest_w]), level) > 1.0
+        })
     }
 }
 
@@ -648,6 +688,11 @@ const ALIKE_LEVEL: f64 = 0.01;
 /// `sqrt(-ln(level / 2) / 2) x sqrt((ma + mb) / (ma mb))`. Above 1 the two differ (the test
 /// rejects that they come from one behaviour); an empty side gives 0.
 pub fn parting(a: &Histogram, ma: f64, b: &Histogram, mb: f64) -> f64 {
+    parting_at(a, ma, b, mb, ALIKE_LEVEL)
+}
+
+/// [`parting`] at another level.
+fn parting_at(a: &Histogram, ma: f64, b: &Histogram, mb: f64, level: f64) -> f64 {
     let (ta, tb) = (a.finite() + a.infinite, b.finite() + b.infinite);
     if ta <= 0.0 || tb <= 0.0 || ma <= 0.0 || mb <= 0.0 {
         return 0.0;
@@ -659,7 +704,7 @@ pub fn parting(a: &Histogram, ma: f64, b: &Histogram, mb: f64) -> f64 {
         fb += y / tb;
         gap = gap.max((fa - fb).abs());
     }
-    gap / ((-(ALIKE_LEVEL / 2.0).ln() / 2.0).sqrt() * ((ma + mb) / (ma * mb)).sqrt())
+    gap / ((-(level / 2.0).ln() / 2.0).sqrt() * ((ma + mb) / (ma * mb)).sqrt())
 }
 
 /// [`convert`] for a run whose phases differ (Shen et al.'s model takes the whole run as
@@ -677,19 +722,11 @@ pub fn convert_phased(tl: &Timeline, len: u64, bins: &[(f64, f64)]) -> Vec<f64> 
     let mut out = vec![0.0; bins.len()];
     let phases = tl.phases(len);
     let buckets = tl.buckets(len);
-    // Bucket b is in phase floor(b * phases / buckets); phase s starts at the first bucket
-    // b >= s * buckets / phases.
-    let phase_of = |b: u32| ((b as usize * phases) / buckets).min(phases - 1);
+    // Phase s starts at the first bucket b >= s * buckets / phases.
+    let per = tl.split(len, phases);
     let mut whole = Histogram::default();
-    let mut per = vec![Histogram::default(); phases];
-    let mut weights = vec![(0.0, 0.0); phases];
-    for (b, bin, v) in tl.each() {
-        let s = phase_of(b);
-        weights[s].0 += v[0];
-        weights[s].1 += v[3];
-        for h in [&mut per[s], &mut whole] {
-            h.add_cell(bin, v);
-        }
+    for (h, _) in &per {
+        whole.merge(h);
     }
     let finite = whole.finite();
     let Some(run) = Windows::of(&whole).filter(|_| finite > 0.0) else {
@@ -698,9 +735,8 @@ pub fn convert_phased(tl: &Timeline, len: u64, bins: &[(f64, f64)]) -> Vec<f64> 
     // Each phase's windows and the weight its own histogram gets against the run's.
     let own: Vec<Option<(Windows, f64)>> = per
         .iter()
-        .zip(&weights)
-        .map(|(h, &(w, w2))| {
-            let m = if w2 > 0.0 { w * w / w2 } else { 0.0 };
+        .map(|(h, w)| {
+            let m = effective(&[*w]);
             Windows::of(h).map(|x| (x, m / (m + PRIOR)))
         })
         .collect();
@@ -1533,6 +1569,55 @@ mod tests {
         // The fractions still add up to 1.
         let sum: f64 = convert_phased(&e.timeline, len, &bins).iter().sum();
         assert!((sum - 1.0).abs() < 1e-9, "{sum}");
+    }
+
+    /// Sampled uses of a loop that behaves alike throughout (RDX's Listing 2: two thirds
+    /// short reuses, a third 5% of the run long, reuses past the end lost), weighted as a
+    /// reservoir leaves them (a long watch carries the replaced ones' weight); with
+    /// `changing`, the long reuses all in the run's second half instead.
+    fn sampled_loop(seed: u64, changing: bool) -> Timeline {
+        let (len, uses) = (6_000_000u64, 300u64);
+        let mut rng = Rng::new(seed);
+        let mut t = Timeline::default();
+        for i in 0..uses {
+            let pos = i * (len / uses) + rng.next_u64() % 1000;
+            let long = if changing {
+                pos >= len / 2
+            } else {
+                rng.next_u64() % 3 == 0
+            };
+            let (time, weight) = if long { (300_000, 1.5) } else { (3, 1.0) };
+            t.add(pos, (pos + time < len).then_some(time), weight);
+        }
+        t
+    }
+
+    #[test]
+    fn sampled_phases_are_cut_only_where_they_differ() {
+        let len = 6_000_000;
+        let bins = fine_bins();
+        // Effective uses for several phases, but none parts from the rest: one phase, the
+        // one-phase model exactly, in all but about the test's level of runs.
+        let split = (0..200)
+            .filter(|&seed| {
+                let t = sampled_loop(seed, false);
+                assert!(t.effective() >= 3.0 * USES_PER_PHASE, "{}", t.effective());
+                t.phases(len) > 1
+            })
+            .count();
+        assert!(split <= 6, "{split} of 200 steady runs cut into phases");
+        let t = sampled_loop(1, false);
+        assert_eq!(t.phases(len), 1);
+        let (phased, one) = (
+            convert_phased(&t, len, &bins),
+            convert(&t.histogram(), &bins),
+        );
+        assert!(phased.iter().zip(&one).all(|(a, b)| (a - b).abs() < 1e-9));
+        // A run whose second half differs is cut, every time.
+        for seed in 0..20 {
+            let t = sampled_loop(seed, true);
+            assert!(t.phases(len) > 1, "seed {seed}");
+        }
     }
 
     #[test]
