@@ -466,7 +466,7 @@ const MAX_PHASES: usize = 64;
 /// Effective uses (see [`Timeline::effective`]) per phase, and the weight, in effective
 /// uses, of the whole run's histogram in each phase's (the phase's own is trusted as far as
 /// it has uses behind it).
-const USES_PER_PHASE: f64 = 64.0;
+pub const USES_PER_PHASE: f64 = 64.0;
 const PRIOR: f64 = 64.0;
 
 /// Reuse times by where in the run their use was, for [`convert_phased`]: per bucket of use
