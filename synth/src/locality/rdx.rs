@@ -653,9 +653,11 @@ impl Timeline {
         (0..phases).any(|s| {
             let mut rest = Histogram::default();
             let mut rest_w = (0.0, 0.0);
-            for (_, (h, w)) in per.iter().enumerate().filter(|p| p.0 != s) {
-                rest.merge(h);
-                rest_w = (rest_w.0 + w.0, rest_w.1 + w.1);
+            for (t, (h, w)) in per.iter().enumerate() {
+                if t != s {
+                    rest.merge(h);
+                    rest_w = (rest_w.0 + w.0, rest_w.1 + w.1);
+                }
             }
             let (h, w) = &per[s];
             parting_at(h, effective(&[*w]), &rest, effective(&[rest_w]), level) > 1.0
