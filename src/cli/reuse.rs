@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use mgbench_replay::results::write_atomically;
-use mgbench_synth::locality::rdx::{distinct_from_last_uses, Attribution, RdxConfig};
-use mgbench_synth::rdx::{
-    reuse, reuse_live, Bin, GranularityReport, ReuseConfig, ReuseReport, USES_PER_PHASE,
+use mgbench_synth::locality::rdx::{
+    distinct_from_last_uses, phases_allowed, Attribution, RdxConfig,
 };
+use mgbench_synth::rdx::{reuse, reuse_live, Bin, GranularityReport, ReuseConfig, ReuseReport};
 
 use super::progress::{Display, Style};
 use super::replay::non_negative;
@@ -427,10 +427,7 @@ fn granularity(
                 Some(k) if k > 1 => format!("in {k} groups of the {threads} threads, each group's reuse times as one phase (the threads' reuse times differ between groups, by a Kolmogorov-Smirnov test at 1%; no thread has phases told apart: too few effective samples, or phases alike)"),
                 _ => format!("with the {threads} threads' reuse times together as one phase (a Kolmogorov-Smirnov test at 1% tells none apart, and no thread has phases told apart: threads that differ, as a main thread that fills the data alone, can go unnoticed on few samples and put long reuses a bin off)"),
             }
-        } else if g
-            .effective_samples
-            .is_some_and(|e| e >= 2.0 * USES_PER_PHASE)
-        {
+        } else if g.effective_samples.is_some_and(|e| phases_allowed(e) > 1) {
             "with the run as one phase (none of its phases differs from the rest of the run by a Kolmogorov-Smirnov test at 1%: cut apart, a steady run only gets each phase's sampling noise)".into()
         } else {
             "with the run as one phase (too few effective samples to tell phases apart)".into()

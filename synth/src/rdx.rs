@@ -11,7 +11,6 @@ use mgbench_capture::trace::{Access, Frame, Mapping, Mode};
 use serde::{Deserialize, Serialize};
 
 use crate::fasthash;
-pub use crate::locality::rdx::USES_PER_PHASE;
 use crate::locality::rdx::{
     accuracy, bin_label, convert, convert_phased, effective, estimate_distinct, fine_bins, parting,
     rdx_bins, Exact, Granularity, Histogram, Pair, RdxConfig, Sampler, Timeline,

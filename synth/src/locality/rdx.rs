@@ -466,8 +466,14 @@ const MAX_PHASES: usize = 64;
 /// Effective uses (see [`Timeline::effective`]) per phase, and the weight, in effective
 /// uses, of the whole run's histogram in each phase's (the phase's own is trusted as far as
 /// it has uses behind it).
-pub const USES_PER_PHASE: f64 = 64.0;
+const USES_PER_PHASE: f64 = 64.0;
 const PRIOR: f64 = 64.0;
+
+/// The phases `effective` uses allow ([`USES_PER_PHASE`] each; see [`Timeline::phases`]):
+/// under 2, a run is converted as one phase whatever its phases are like.
+pub fn phases_allowed(effective: f64) -> usize {
+    (effective / USES_PER_PHASE) as usize
+}
 
 /// Reuse times by where in the run their use was, for [`convert_phased`]: per bucket of use
 /// positions (at most [`BUCKETS`]; their width doubles as the run grows) and fine time bin,
@@ -624,8 +630,7 @@ impl Timeline {
     /// their number); where none does, one. Cut into phases, a run that behaves alike
     /// throughout only gets each phase's sampling noise in its `W_s`.
     pub fn phases(&self, len: u64) -> usize {
-        let most = ((self.effective() / USES_PER_PHASE) as usize)
-            .clamp(1, MAX_PHASES.min(self.buckets(len)));
+        let most = phases_allowed(self.effective()).clamp(1, MAX_PHASES.min(self.buckets(len)));
         if most > 1 && self.phases_differ(len, most) {
             most
         } else {
@@ -821,6 +826,20 @@ struct Slot {
     /// `scale` over the chance that the sample was watched when it came (1 where a register
     /// was free): the uses it stands for under [`Attribution::Km`].
     entry: f64,
+}
+
+impl Slot {
+    /// The watched use's pair: reused by `reuse_ip` after `time` (None: no reuse seen),
+    /// standing for `weight` uses.
+    fn pair(&self, reuse_ip: Option<u64>, time: Option<u64>, weight: f64) -> Pair {
+        Pair {
+            use_ip: self.use_ip,
+            use_time: self.use_time,
+            reuse_ip,
+            time,
+            weight,
+        }
+    }
 }
 
 /// For busy registers that accept a new sample with probabilities `a[k]` (`1 / n_k` with
@@ -1195,13 +1214,7 @@ impl Sampler {
         (time, watched): (Option<u64>, u64),
         on_pair: &mut impl FnMut(Pair),
     ) {
-        let pair = Pair {
-            use_ip: s.use_ip,
-            use_time: s.use_time,
-            reuse_ip,
-            time,
-            weight: self.attributed(s),
-        };
+        let pair = s.pair(reuse_ip, time, self.attributed(s));
         if self.cfg.attribution == Attribution::Km {
             self.hold(s, pair, watched, false);
         } else {
@@ -1299,13 +1312,7 @@ impl Sampler {
                 slot.interval_start = self.slots[k].map_or(number, |o| o.interval_start);
                 slot.entry = scale / q.iter().sum::<f64>().max(1e-300);
                 if let (Some(o), Attribution::Km) = (self.slots[k], self.cfg.attribution) {
-                    let pair = Pair {
-                        use_ip: o.use_ip,
-                        use_time: o.use_time,
-                        reuse_ip: None,
-                        time: None,
-                        weight: o.entry,
-                    };
+                    let pair = o.pair(None, None, o.entry);
                     self.hold(&o, pair, now.saturating_sub(o.use_time), true);
                 }
                 // Every busy register could have taken it, and each one's Horvitz-Thompson
