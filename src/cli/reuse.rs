@@ -333,11 +333,12 @@ fn pct(v: Option<f64>) -> String {
 fn bins(g: &GranularityReport, list: &[Bin], out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9}   (% of reuses)",
+        "{:<12} {:>9} {:>9} {:>9} {:>13} {:>9} {:>9}   (% of reuses)",
         format!("{} bin", g.granularity.unit()),
         "RDX time",
         "exact",
         "RDX stack",
+        "(80% range)",
         "exact",
         "model"
     )?;
@@ -350,11 +351,16 @@ fn bins(g: &GranularityReport, list: &[Bin], out: &mut impl Write) -> std::io::R
         }
         writeln!(
             out,
-            "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "{:<12} {:>9} {:>9} {:>9} {:>13} {:>9} {:>9}",
             b.label,
             pct(Some(b.time)),
             pct(b.exact_time),
             pct(Some(b.stack)),
+            b.stack_range.map_or("-".into(), |[lo, hi]| format!(
+                "{:.1}-{:.1}",
+                100.0 * lo,
+                100.0 * hi
+            )),
             pct(b.exact_stack),
             pct(b.converted_exact_time)
         )?;
@@ -447,6 +453,13 @@ fn granularity(
                 a.time.s, a.time.s_hat, a.stack.s, a.stack.s_hat, a.conversion.s, a.conversion.s_hat
             )?;
         }
+    }
+    if let Some(sp) = &g.spread {
+        writeln!(
+            out,
+            "the samples' own spread ({} bootstrap replicates of the sampled uses; the range column holds 80% of them): time S about {:.3}, stack S about {:.3} over RDX's 20 bins ({:.3} and {:.3} over log2 bins); it sees sampling noise, not a model's bias",
+            sp.replicates, sp.time_s, sp.stack_s, sp.fine_time_s, sp.fine_stack_s
+        )?;
     }
     writeln!(out)
 }

@@ -10,6 +10,7 @@ use mgbench_capture::symbols::Symbolizer;
 use mgbench_capture::trace::{Access, Frame, Mapping, Mode};
 use serde::{Deserialize, Serialize};
 
+use crate::apex::Rng;
 use crate::fasthash;
 use crate::locality::rdx::{
     accuracy, bin_label, convert, convert_phased, effective, estimate_distinct, fine_bins, parting,
@@ -59,6 +60,32 @@ pub struct Bin {
     pub exact_stack: Option<f64>,
     /// The exact time histogram converted (the model alone).
     pub converted_exact_time: Option<f64>,
+    /// Where `time` and `stack` fall over bootstrap replicates of the sampled uses (their
+    /// 10th and 90th percentiles: see [`Spread`]); absent where the spread is, and from
+    /// reports written before it was added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_range: Option<[f64; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_range: Option<[f64; 2]>,
+}
+
+/// What the samples' own spread says of the histograms: each thread's sampled uses drawn
+/// again with their weights (a Poisson bootstrap), converted as the run's were, [`REPLICATES`]
+/// times; the median of RDX's S between the run's histogram and a replicate's. It needs no
+/// exact histogram, so a live run has it too; it sees the sampling's variance (a reservoir
+/// whose heavy traps could have been others) and not its bias (a run converted as one phase
+/// where it has two, reuses that outlast every watch). Only with at least
+/// [`STEADY_EFFECTIVE`] effective samples: on fewer, the replicates draw the same few heavy
+/// uses again and look steadier than the run is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    pub replicates: usize,
+    /// Over RDX's bins: the time and the stack histograms.
+    pub time_s: f64,
+    pub stack_s: f64,
+    /// Over mgbench's bins.
+    pub fine_time_s: f64,
+    pub fine_stack_s: f64,
 }
 
 /// RDX's accuracy S and S^ against the exact histogram.
@@ -122,6 +149,10 @@ pub struct GranularityReport {
     pub fine_bins: Vec<Bin>,
     pub accuracy_rdx_bins: Option<Accuracies>,
     pub accuracy_fine_bins: Option<Accuracies>,
+    /// The samples' spread (absent under [`STEADY_EFFECTIVE`] effective samples, and from
+    /// reports written before it was added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<Spread>,
 }
 
 fn one() -> usize {
@@ -305,6 +336,126 @@ fn convert_threads(
     out
 }
 
+/// Bootstrap replicates behind [`Spread`] and each bin's range.
+const REPLICATES: usize = 100;
+/// The quantiles of the replicates a bin's range spans.
+const RANGE: (f64, f64) = (0.1, 0.9);
+
+/// A replicate's time and stack fractions.
+type Replicate = (Vec<f64>, Vec<f64>);
+
+/// A Poisson(1) draw: a use's copies in a bootstrap replicate.
+fn poisson1(rng: &mut Rng) -> u32 {
+    let u = rng.unit();
+    let mut p = (-1f64).exp();
+    let (mut k, mut cdf) = (0u32, p);
+    while u > cdf && k < 24 {
+        k += 1;
+        p /= f64::from(k);
+        cdf += p;
+    }
+    k
+}
+
+/// Bootstrap replicates of the sampled histograms over [`fine_bins`]: each thread's uses
+/// drawn again ([`Timeline::resampler`]) and converted as the run's are ([`plan`],
+/// [`convert_threads`]). Per replicate: the time and the stack fractions. Empty without
+/// sampled uses.
+fn replicates(tracks: &[Track], seed: u64) -> Vec<Replicate> {
+    if tracks.iter().all(|t| t.timeline.pairs() == 0) {
+        return Vec::new();
+    }
+    let bins = fine_bins();
+    let mut rng = Rng::new(seed ^ 0xb007_57a9);
+    let resamplers: Vec<_> = tracks.iter().map(|t| t.timeline.resampler()).collect();
+    let mut drawn: Vec<Timeline> = tracks.iter().map(|_| Timeline::default()).collect();
+    (0..REPLICATES)
+        .map(|_| {
+            let mut all = Histogram::default();
+            for (r, d) in resamplers.iter().zip(&mut drawn) {
+                r.draw(d, || poisson1(&mut rng));
+                all.merge(&d.histogram());
+            }
+            let runs: Vec<(&Timeline, u64, f64)> = drawn
+                .iter()
+                .zip(tracks)
+                .map(|(d, t)| (d, t.len, d.finite()))
+                .collect();
+            let how = plan(&runs);
+            (
+                all.fractions(&bins),
+                convert_threads(&runs, &how, &all, &bins),
+            )
+        })
+        .collect()
+}
+
+/// Per bin of [`fine_bins`], the bin of `bins` that holds it (their edges are edges of the
+/// fine bins).
+fn folding(bins: &[(f64, f64)]) -> Vec<Option<usize>> {
+    fine_bins()
+        .iter()
+        .map(|&(lo, _)| bins.iter().position(|&(a, b)| a <= lo && lo < b))
+        .collect()
+}
+
+/// Fractions over [`fine_bins`] added up over `n` bins as `folding` maps them.
+fn fold(fine: &[f64], folding: &[Option<usize>], n: usize) -> Vec<f64> {
+    let mut out = vec![0.0; n];
+    for (i, x) in folding.iter().zip(fine) {
+        if let Some(i) = i {
+            out[*i] += x;
+        }
+    }
+    out
+}
+
+/// The `q` quantile of `v` (sorted in place).
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// The replicates over one set of bins.
+struct BinSpread {
+    /// Per bin: the range of the time and of the stack fractions.
+    time: Vec<[f64; 2]>,
+    stack: Vec<[f64; 2]>,
+    /// The median S of the replicates against the run, time and stack.
+    time_s: f64,
+    stack_s: f64,
+}
+
+/// Over `bins`, the replicates (`reps`, over fine bins) against the run's `time` and `stack`
+/// fractions (None without replicates).
+fn spread_over(
+    reps: &[Replicate],
+    bins: &[(f64, f64)],
+    time: &[f64],
+    stack: &[f64],
+) -> Option<BinSpread> {
+    if reps.is_empty() {
+        return None;
+    }
+    let (map, n) = (folding(bins), bins.len());
+    let folded: Vec<Replicate> = reps
+        .iter()
+        .map(|(t, s)| (fold(t, &map, n), fold(s, &map, n)))
+        .collect();
+    let range = |pick: &dyn Fn(&Replicate) -> f64| {
+        let mut v: Vec<f64> = folded.iter().map(pick).collect();
+        [quantile(&mut v, RANGE.0), quantile(&mut v, RANGE.1)]
+    };
+    let mut ts: Vec<f64> = folded.iter().map(|r| accuracy(time, &r.0).0).collect();
+    let mut ss: Vec<f64> = folded.iter().map(|r| accuracy(stack, &r.1).0).collect();
+    Some(BinSpread {
+        time: (0..n).map(|i| range(&|r| r.0[i])).collect(),
+        stack: (0..n).map(|i| range(&|r| r.1[i])).collect(),
+        time_s: quantile(&mut ts, 0.5),
+        stack_s: quantile(&mut ss, 0.5),
+    })
+}
+
 #[derive(Default)]
 struct PairStats {
     traps: u64,
@@ -329,6 +480,8 @@ fn bins_of(
             exact_time: exact.map(|e| e.0[i]),
             exact_stack: exact.map(|e| e.1[i]),
             converted_exact_time: exact.map(|e| e.2[i]),
+            time_range: None,
+            stack_range: None,
         })
         .collect()
 }
@@ -342,6 +495,7 @@ fn granularity_report(
     tracks: &mut [Track],
     time: &Histogram,
     accesses: u64,
+    seed: u64,
 ) -> GranularityReport {
     let (mut samples, mut dropped, mut traps) = (0, 0, 0);
     for t in tracks.iter() {
@@ -389,9 +543,17 @@ fn granularity_report(
         .collect();
     let no_reuse_effective = effective(&last_uses);
     let (sampled_plan, exact_plan) = (plan(&sampled), plan(&exact_runs));
+    // On fewer effective samples the replicates draw the same few heavy uses again and
+    // look steadier than the run is (measured, README: RDX, "The samples' own spread").
+    let reps = if effective_samples >= STEADY_EFFECTIVE {
+        replicates(tracks, seed ^ g.bytes())
+    } else {
+        Vec::new()
+    };
     let per = |bins: &[(f64, f64)]| {
         let t = time.fractions(bins);
         let s = convert_threads(&sampled, &sampled_plan, time, bins);
+        let spread = spread_over(&reps, bins, &t, &s);
         let exact = distinct_exact.is_some().then(|| {
             (
                 exact_time.fractions(bins),
@@ -404,7 +566,7 @@ fn granularity_report(
             stack: acc(accuracy(es, &s)),
             conversion: acc(accuracy(es, ec)),
         });
-        let list = bins_of(
+        let mut list = bins_of(
             bins,
             &t,
             &s,
@@ -412,10 +574,23 @@ fn granularity_report(
                 .as_ref()
                 .map(|(a, b, c)| (a.as_slice(), b.as_slice(), c.as_slice())),
         );
-        (list, accs)
+        let spread_s = spread.map(|sp| {
+            for ((b, tr), sr) in list.iter_mut().zip(sp.time).zip(sp.stack) {
+                (b.time_range, b.stack_range) = (Some(tr), Some(sr));
+            }
+            (sp.time_s, sp.stack_s)
+        });
+        (list, accs, spread_s)
     };
-    let (rdx, acc_rdx) = per(&rdx_bins());
-    let (fine, acc_fine) = per(&fine_bins());
+    let (rdx, acc_rdx, spread_rdx) = per(&rdx_bins());
+    let (fine, acc_fine, spread_fine) = per(&fine_bins());
+    let spread = spread_rdx.zip(spread_fine).map(|(r, f)| Spread {
+        replicates: REPLICATES,
+        time_s: r.0,
+        stack_s: r.1,
+        fine_time_s: f.0,
+        fine_stack_s: f.1,
+    });
     GranularityReport {
         granularity: g,
         samples,
@@ -437,6 +612,7 @@ fn granularity_report(
         fine_bins: fine,
         accuracy_rdx_bins: acc_rdx,
         accuracy_fine_bins: acc_fine,
+        spread,
     }
 }
 
@@ -588,10 +764,20 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
     }
     notes
         .push("line granularity is a simulation: x86 debug registers watch at most 8 bytes".into());
-    let words_report =
-        granularity_report(Granularity::Word, &mut word_tracks, &word_time, accesses);
-    let lines_report =
-        granularity_report(Granularity::Line, &mut line_tracks, &line_time, accesses);
+    let words_report = granularity_report(
+        Granularity::Word,
+        &mut word_tracks,
+        &word_time,
+        accesses,
+        cfg.rdx.seed,
+    );
+    let lines_report = granularity_report(
+        Granularity::Line,
+        &mut line_tracks,
+        &line_time,
+        accesses,
+        cfg.rdx.seed,
+    );
     notes.extend(few_samples(words_report.samples));
     notes.extend(thin_samples(&words_report));
     notes.extend(thin_samples(&lines_report));
@@ -854,7 +1040,7 @@ pub fn reuse_live(
             "{nthreads} threads: each was sampled with its own access count, period and registers, as per-thread hardware would (a reuse is the same thread's next touch); the histograms add them up; between samples each thread counts inline with a counter of its own where QEMU switches instrumentation in place (QEMU 7.2, up to 31 threads at once; the others count in callbacks), and elsewhere every thread counts in callbacks, at about what an empty memory callback costs"
         ));
     }
-    let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses);
+    let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses, rdx.seed);
     notes.extend(few_samples(words.samples));
     notes.extend(thin_samples(&words));
     let adaptive_period = adaptive.then(|| {
@@ -1207,5 +1393,90 @@ mod tests {
         assert!(matches!(&p, Plan::Groups(g) if g.len() == 1));
         assert_eq!(convert_threads(runs, &p, &all, &bins), convert(&all, &bins));
         assert_eq!(convert(&all, &bins)[far], 1.0);
+    }
+
+    /// The words report of one thread whose sampled uses are `uses` (position, reuse time,
+    /// weight) over `len` accesses.
+    fn sampled_report(uses: &[(u64, Option<u64>, f64)], len: u64) -> GranularityReport {
+        let mut track = Track::new(Sampler::new(RdxConfig::default(), 1), None);
+        let mut time = Histogram::default();
+        for &(pos, t, weight) in uses {
+            let p = Pair {
+                use_ip: 1,
+                use_time: pos,
+                reuse_ip: None,
+                time: t,
+                weight,
+            };
+            track.timeline.add_pair(&p);
+            time.add(t, weight);
+        }
+        track.len = len;
+        granularity_report(Granularity::Word, &mut [track], &time, len, 7)
+    }
+
+    #[test]
+    fn the_spread_is_narrow_on_many_samples_and_wide_on_a_few_heavy_ones() {
+        assert_eq!(poisson1(&mut Rng::new(1)), poisson1(&mut Rng::new(1)));
+        let draws: Vec<f64> = {
+            let mut rng = Rng::new(3);
+            (0..100_000)
+                .map(|_| f64::from(poisson1(&mut rng)))
+                .collect()
+        };
+        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+        let var = draws.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / draws.len() as f64;
+        assert!(
+            (mean - 1.0).abs() < 0.01 && (var - 1.0).abs() < 0.02,
+            "{mean} {var}"
+        );
+
+        // 2000 uses of equal weight, half reused 100 accesses later, half 100 K later.
+        let len = 2_000_000;
+        let even: Vec<_> = (0..2000u64)
+            .map(|i| (i * 1000, Some(if i % 2 == 0 { 100 } else { 100_000 }), 1.0))
+            .collect();
+        let g = sampled_report(&even, len);
+        let sp = g.spread.unwrap();
+        assert_eq!(sp.replicates, REPLICATES);
+        assert!(sp.stack_s > 0.97 && sp.time_s > 0.97, "{sp:?}");
+        for b in g.rdx_bins.iter().chain(&g.fine_bins) {
+            let ([tl, th], [sl, sh]) = (b.time_range.unwrap(), b.stack_range.unwrap());
+            assert!(tl <= b.time + 1e-12 && b.time <= th + 1e-12, "{b:?}");
+            assert!(sl <= b.stack + 1e-12 && b.stack <= sh + 1e-12, "{b:?}");
+            assert!(th - tl < 0.06 && sh - sl < 0.06, "{b:?}");
+        }
+
+        // The same short reuses, and the long ones stood for by eight heavy uses (32
+        // effective samples in all): the long bins rest on eight samples, and their ranges
+        // say so.
+        let heavy = |n: u64, w: f64| {
+            let mut v: Vec<_> = (0..1000u64).map(|i| (i * 2000, Some(100), 1.0)).collect();
+            v.extend((0..n).map(|i| (i * 200_000 + 7, Some(100_000 * (1 + i)), w)));
+            v
+        };
+        let h = sampled_report(&heavy(8, 125.0), len);
+        assert!(h.effective_samples.unwrap() >= STEADY_EFFECTIVE);
+        let hs = h.spread.unwrap();
+        assert!(hs.stack_s < sp.stack_s - 0.05, "{hs:?} against {sp:?}");
+        let long = h
+            .rdx_bins
+            .iter()
+            .find(|b| b.stack > 0.1 && b.lo > 0.0)
+            .unwrap();
+        let [lo, hi] = long.stack_range.unwrap();
+        assert!(hi - lo > 0.2, "{long:?}");
+
+        // Three heavy uses (12 effective samples): no spread, since the replicates would
+        // draw the same three again and look steadier than the run is; nor without uses.
+        let thin = sampled_report(&heavy(3, 333.0), len);
+        assert!(thin.effective_samples.unwrap() < STEADY_EFFECTIVE);
+        for g in [thin, sampled_report(&[], len)] {
+            assert!(g.spread.is_none(), "{:?}", g.spread);
+            assert!(g
+                .rdx_bins
+                .iter()
+                .all(|b| b.stack_range.is_none() && b.time_range.is_none()));
+        }
     }
 }

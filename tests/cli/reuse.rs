@@ -125,9 +125,34 @@ fn rdx_over_a_trace_matches_the_exact_histograms() {
         "words:",
         "lines:",
         "accuracy over RDX's 20 bins",
+        "(80% range)",
+        "the samples' own spread (100 bootstrap replicates",
         "use -> reuse",
     ] {
         assert!(t.contains(want), "{want} in\n{t}");
+    }
+    // The spread: each bin's estimate within its range, and on this steady program the S
+    // the samples' spread suggests near the S the exact histogram gives. Only from 25
+    // effective samples on (the words here have 24-32, the lines about 250).
+    assert!(v["lines"]["effective_samples"].as_f64().unwrap() >= 25.0);
+    for unit in ["words", "lines"] {
+        let g = &v[unit];
+        if g["effective_samples"].as_f64().unwrap() < 25.0 {
+            assert!(g["spread"].is_null(), "{}", g["spread"]);
+            assert!(g["rdx_bins"][0]["stack_range"].is_null());
+            continue;
+        }
+        let spread = g["spread"]["stack_s"].as_f64().unwrap();
+        let actual = g["accuracy_rdx_bins"]["stack"]["s"].as_f64().unwrap();
+        assert!(
+            spread > 0.9 && (spread - actual).abs() < 0.1,
+            "{unit}: spread {spread}, S {actual}"
+        );
+        for b in g["rdx_bins"].as_array().unwrap() {
+            let (x, r) = (b["stack"].as_f64().unwrap(), &b["stack_range"]);
+            let (lo, hi) = (r[0].as_f64().unwrap(), r[1].as_f64().unwrap());
+            assert!(lo <= x + 1e-12 && x <= hi + 1e-12, "{unit}: {b}");
+        }
     }
     // Each pair is a row: reuses and traps with their mean time, or, without reuse, uses and
     // the samples that watched them.
@@ -466,6 +491,14 @@ fn live_rdx_measures_a_running_program_like_the_exact_histogram() {
     let got = stack(&v, "stack");
     let s = accuracy_s(&want, &got);
     assert!(s >= 0.9, "live S {s}: {got:?} vs exact {want:?}");
+    // Live, with no exact histogram, the samples' spread still says how far to trust it
+    // (from 25 effective samples on).
+    if v["words"]["effective_samples"].as_f64().unwrap() >= 25.0 {
+        let spread = v["words"]["spread"]["stack_s"].as_f64().unwrap();
+        assert!(spread > 0.8, "{}", v["words"]["spread"]);
+    } else {
+        assert!(v["words"]["spread"].is_null(), "{}", v["words"]["spread"]);
+    }
     // Period 2^18: counted inline between samples, switched in by retranslation. The large
     // sweep's reuses (200000 words apart) dominate.
     let v = live_json(&dir, "262144", &args);

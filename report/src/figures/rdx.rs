@@ -56,6 +56,12 @@ pub fn sections(reports: &[(String, ReuseReport)], ids: &mut Ids) -> Vec<Section
                         r.threads
                     ));
                 }
+                if let Some(sp) = &g.spread {
+                    intro.push_str(&format!(
+                        "; the samples' own spread ({} bootstrap replicates, the whiskers hold 80% of them) puts S near {:.3} for time and {:.3} for stack (sampling noise only, not a model's bias)",
+                        sp.replicates, sp.time_s, sp.stack_s
+                    ));
+                }
                 match &g.accuracy_rdx_bins {
                     Some(a) => intro.push_str(&format!(
                         "; accuracy S time {:.3}, stack {:.3} (S^ {:.3}), model alone {:.3}.",
@@ -135,9 +141,14 @@ fn histogram(g: &GranularityReport, stack: bool, base: &str, ids: &mut Ids) -> F
             ));
         }
     }
+    let ranges = bins
+        .iter()
+        .filter_map(|b| if stack { b.stack_range } else { b.time_range })
+        .map(|r| r[1]);
     let ymax = series
         .iter()
         .flat_map(|s| s.1.iter().copied())
+        .chain(ranges)
         .fold(0.0, f64::max)
         .max(1e-9);
     let labels: Vec<String> = bins.iter().map(|b| b.label.clone()).collect();
@@ -180,6 +191,10 @@ fn histogram(g: &GranularityReport, stack: bool, base: &str, ids: &mut Ids) -> F
     let w = 0.8 / n;
     let mut cols = vec!["bin".to_string()];
     cols.extend(series.iter().map(|s| s.0.replace(' ', "_")));
+    let with_range = bins.iter().any(|b| b.stack_range.is_some());
+    if with_range {
+        cols.push("RDX_80%_range".into());
+    }
     let mut t = Table::new(&cols.iter().map(String::as_str).collect::<Vec<_>>());
     for (i, b) in bins.iter().enumerate() {
         let x = i as f64;
@@ -196,10 +211,35 @@ fn histogram(g: &GranularityReport, stack: bool, base: &str, ids: &mut Ids) -> F
             );
             row.push(num(vals[i]));
         }
+        // RDX's range over bootstrap replicates of its samples: a whisker on its bar.
+        let range = if stack { b.stack_range } else { b.time_range };
+        if let Some([lo, hi]) = range {
+            let xc = x - 0.4 + w / 2.0;
+            p.line(
+                &[(xc, lo), (xc, hi)],
+                "#222",
+                Dash::Solid,
+                &format!(
+                    "RDX, {what} distance {}: 80% of bootstrap replicates between {lo:.4} and {hi:.4}",
+                    b.label
+                ),
+            );
+            row.push(format!("{}-{}", num(lo), num(hi)));
+        } else if with_range {
+            row.push("-".into());
+        }
         t.push(row);
     }
     for (k, (name, _)) in series.iter().enumerate() {
         p.legend(name, color(k), Dash::Solid, true);
+    }
+    if with_range {
+        p.legend(
+            "RDX: 80% of bootstrap replicates",
+            "#222",
+            Dash::Solid,
+            false,
+        );
     }
     let title = format!(
         "RDX {} distances in {unit}{}",
@@ -212,11 +252,11 @@ fn histogram(g: &GranularityReport, stack: bool, base: &str, ids: &mut Ids) -> F
     );
     let caption = if stack {
         format!(
-            "Reuse (stack) distance in {unit}, in RDX's log2 bins: RDX's sampled time distances converted by the model, the exact (Olken) histogram of the same trace, and the model applied to the exact time distances (what conversion alone costs). Fractions of reuses."
+            "Reuse (stack) distance in {unit}, in RDX's log2 bins: RDX's sampled time distances converted by the model (its whisker: where 80% of bootstrap replicates of the samples fall), the exact (Olken) histogram of the same trace, and the model applied to the exact time distances (what conversion alone costs). Fractions of reuses."
         )
     } else {
         format!(
-            "Time distance (accesses from a use to its reuse) of the sampled {unit}, in RDX's log2 bins, weighted as RDX attributes them, against every reuse's time distance in the trace. Fractions of reuses."
+            "Time distance (accesses from a use to its reuse) of the sampled {unit}, in RDX's log2 bins, weighted as RDX attributes them (its whisker: where 80% of bootstrap replicates of the samples fall), against every reuse's time distance in the trace. Fractions of reuses."
         )
     };
     Figure {
@@ -256,6 +296,54 @@ mod tests {
                 .contains("the 4 threads' reuse times in 2 group(s)"),
             "{}",
             four[0].intro
+        );
+    }
+
+    #[test]
+    fn the_bootstrap_range_is_a_whisker_and_a_column() {
+        let mut r: ReuseReport =
+            serde_json::from_str(include_str!("../../tests/data/spmv-reuse.json")).unwrap();
+        // A report written before the spread: no whiskers, no range column.
+        let old = histogram(&r.words, true, "spmv.json", &mut Ids::default());
+        assert!(!old.svg.text.contains("bootstrap replicates between"));
+        assert!(!old.table.headers.iter().any(|h| h == "RDX_80%_range"));
+        for b in &mut r.words.rdx_bins {
+            (b.time_range, b.stack_range) = (
+                Some([b.time * 0.5, b.time * 1.5]),
+                Some([b.stack * 0.5, (b.stack * 2.0).max(0.9)]),
+            );
+        }
+        let f = histogram(&r.words, true, "spmv.json", &mut Ids::default());
+        let shown = shown(&r.words.rdx_bins).len();
+        assert_eq!(
+            f.svg
+                .text
+                .matches("80% of bootstrap replicates between")
+                .count(),
+            shown
+        );
+        assert_eq!(f.table.headers.last().unwrap(), "RDX_80%_range");
+        assert!(f
+            .table
+            .rows
+            .iter()
+            .all(|row| row.len() == f.table.headers.len()));
+        let time = histogram(&r.words, false, "spmv.json", &mut Ids::default());
+        assert_eq!(time.table.rows.len(), shown);
+        r.words.spread = Some(mgbench_synth::rdx::Spread {
+            replicates: 100,
+            time_s: 0.97,
+            stack_s: 0.91,
+            fine_time_s: 0.95,
+            fine_stack_s: 0.9,
+        });
+        let sec = sections(&[("spmv.json".into(), r)], &mut Ids::default());
+        assert!(
+            sec[0]
+                .intro
+                .contains("puts S near 0.970 for time and 0.910 for stack"),
+            "{}",
+            sec[0].intro
         );
     }
 }

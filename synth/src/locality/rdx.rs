@@ -270,6 +270,20 @@ impl Histogram {
         self.infinite += o.infinite;
     }
 
+    /// This histogram less `o` (a part of it), no bin below 0.
+    fn less(&self, o: &Histogram) -> Histogram {
+        let mut h = self.clone();
+        for (a, b) in h.weights.iter_mut().zip(&o.weights) {
+            *a = (*a - b).max(0.0);
+        }
+        for (a, b) in h.sums.iter_mut().zip(&o.sums) {
+            *a = (*a - b).max(0.0);
+        }
+        h.zero = (h.zero - o.zero).max(0.0);
+        h.infinite = (h.infinite - o.infinite).max(0.0);
+        h
+    }
+
     /// Weight of the finite distances (0 included).
     pub fn finite(&self) -> f64 {
         self.zero + self.weights.iter().sum::<f64>()
@@ -486,6 +500,46 @@ pub struct Timeline {
     shift: u32,
     /// Per bucket: its cells, indexed by [`cell`].
     cells: Vec<Vec<[f64; 4]>>,
+    /// The uses added as pairs ([`Timeline::add_pair`]: sampled ones, not the exact pass's):
+    /// position, time, weight, for [`Timeline::resampler`].
+    uses: Vec<(u64, Option<u64>, f64)>,
+    /// A bootstrap replicate's cells ([`Resampler::draw`]), in order: (bucket, cell index,
+    /// cell); `cells` is then empty. A sampled run's few thousand uses fill a few thousand of
+    /// its buckets' cells, and every pass over the timeline (its histogram, its weights, its
+    /// phases, the conversion) would otherwise scan them all.
+    drawn: Vec<(u32, u32, [f64; 4])>,
+}
+
+/// A timeline's uses added as pairs, grouped by cell: draws bootstrap replicates of them.
+pub struct Resampler<'a> {
+    of: &'a Timeline,
+    /// The cells the uses fall in, in order, and each use's index among them.
+    cells: Vec<(u32, u32)>,
+    slot: Vec<u32>,
+}
+
+impl Resampler<'_> {
+    /// A bootstrap replicate: `into` (emptied, its buffers kept) gets each use `copies()`
+    /// times over (Poisson(1) draws make a Poisson bootstrap, which resamples each thread's
+    /// uses apart).
+    pub fn draw(&self, into: &mut Timeline, mut copies: impl FnMut() -> u32) {
+        into.shift = self.of.shift;
+        into.cells.clear();
+        into.uses.clear();
+        into.drawn.clear();
+        into.drawn
+            .extend(self.cells.iter().map(|&(b, c)| (b, c, [0.0; 4])));
+        for (&(pos, time, weight), &slot) in self.of.uses.iter().zip(&self.slot) {
+            let k = copies();
+            if k > 0 {
+                let (t, w) = (time.unwrap_or(0) as f64, weight * f64::from(k));
+                sum_cells(
+                    &mut into.drawn[slot as usize].2,
+                    &[w, w * t, w * pos as f64, weight * w],
+                );
+            }
+        }
+    }
 }
 
 /// Cells of a bucket: "no reuse", time 0, then the fine bins of a time distance from
@@ -553,6 +607,33 @@ impl Timeline {
     /// A pair: its use, when it came and what it stands for.
     pub fn add_pair(&mut self, p: &Pair) {
         self.add(p.use_time, p.time, p.weight);
+        self.uses.push((p.use_time, p.time, p.weight));
+    }
+
+    /// Uses added as pairs.
+    pub fn pairs(&self) -> usize {
+        self.uses.len()
+    }
+
+    /// Draws bootstrap replicates of the uses added as pairs.
+    pub fn resampler(&self) -> Resampler<'_> {
+        let keys: Vec<(u32, u32)> = self
+            .uses
+            .iter()
+            .map(|&(pos, time, _)| ((pos >> self.shift) as u32, cell(time)))
+            .collect();
+        let mut cells = keys.clone();
+        cells.sort_unstable();
+        cells.dedup();
+        let slot = keys
+            .iter()
+            .map(|k| cells.binary_search(k).unwrap_or(0) as u32)
+            .collect();
+        Resampler {
+            of: self,
+            cells,
+            slot,
+        }
     }
 
     /// Doubles the buckets' width, merging neighbours.
@@ -573,13 +654,18 @@ impl Timeline {
 
     /// The non-empty cells: (bucket, cell index (see [`cell`]), cell).
     fn each(&self) -> impl Iterator<Item = (u32, u32, &[f64; 4])> {
-        self.cells.iter().enumerate().flat_map(|(b, bucket)| {
-            bucket
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| v[0] != 0.0 || v[3] != 0.0)
-                .map(move |(bin, v)| (b as u32, bin as u32, v))
-        })
+        let drawn = self.drawn.iter().map(|(b, c, v)| (*b, *c, v));
+        self.cells
+            .iter()
+            .enumerate()
+            .flat_map(|(b, bucket)| {
+                bucket
+                    .iter()
+                    .enumerate()
+                    .map(move |(bin, v)| (b as u32, bin as u32, v))
+            })
+            .chain(drawn)
+            .filter(|(_, _, v)| v[0] != 0.0 || v[3] != 0.0)
     }
 
     /// Weight of the uses with a reuse.
@@ -655,16 +741,17 @@ impl Timeline {
     fn phases_differ(&self, len: u64, phases: usize) -> bool {
         let per = self.split(len, phases);
         let level = ALIKE_LEVEL / phases as f64;
+        let mut whole = Histogram::default();
+        let mut whole_w = (0.0, 0.0);
+        for (h, w) in &per {
+            whole.merge(h);
+            whole_w = (whole_w.0 + w.0, whole_w.1 + w.1);
+        }
         (0..phases).any(|s| {
-            let mut rest = Histogram::default();
-            let mut rest_w = (0.0, 0.0);
-            for (t, (h, w)) in per.iter().enumerate() {
-                if t != s {
-                    rest.merge(h);
-                    rest_w = (rest_w.0 + w.0, rest_w.1 + w.1);
-                }
-            }
             let (h, w) = &per[s];
+            // The rest of the run: the whole less this phase (one pass, not phases - 1).
+            let rest = whole.less(h);
+            let rest_w = (whole_w.0 - w.0, whole_w.1 - w.1);
             parting_at(h, effective(&[*w]), &rest, effective(&[rest_w]), level) > 1.0
         })
     }
@@ -2286,5 +2373,74 @@ mod tests {
         // 0x1008 is the next word: no trap.
         s.access(4, 0x1008, 8, &mut |p| pairs.push(p));
         assert_eq!(pairs.len(), 1);
+    }
+
+    /// Pairs of a run: `n` uses 1000 accesses apart, each reused `time(i)` later (None: not
+    /// reused), of weight `weight(i)`.
+    fn sampled(n: u64, time: impl Fn(u64) -> Option<u64>, weight: impl Fn(u64) -> f64) -> Timeline {
+        let mut t = Timeline::default();
+        for i in 0..n {
+            t.add_pair(&Pair {
+                use_ip: 1,
+                use_time: i * 1000,
+                reuse_ip: None,
+                time: time(i),
+                weight: weight(i),
+            });
+        }
+        t
+    }
+
+    #[test]
+    fn a_replicate_holds_each_use_as_often_as_it_was_drawn() {
+        // Uses over 300 K accesses (the buckets widen past 256 of them), reuse times of
+        // several octaves, weights of a reservoir's spread, some without reuse.
+        let t = sampled(
+            300,
+            |i| (i % 7 != 0).then_some(1 + (i * 7919) % 100_000),
+            |i| 1.0 + (i % 13) as f64,
+        );
+        let len = 300_000;
+        let r = t.resampler();
+        let mut once = Timeline::default();
+        r.draw(&mut once, || 1);
+        assert_eq!(once.histogram(), t.histogram());
+        assert_eq!(once.weights(), t.weights());
+        assert_eq!(once.phases(len), t.phases(len));
+        let bins = rdx_bins();
+        assert_eq!(
+            convert_phased(&once, len, &bins),
+            convert_phased(&t, len, &bins)
+        );
+        // Twice each: twice the weight and twice the effective uses (k copies of w add
+        // k w^2, not (k w)^2), the same fractions.
+        let mut twice = Timeline::default();
+        r.draw(&mut twice, || 2);
+        assert_eq!(twice.weights().0, 2.0 * t.weights().0);
+        assert!((twice.effective() - 2.0 * t.effective()).abs() < 1e-9 * t.effective());
+        assert_eq!(
+            twice.histogram().fractions(&bins),
+            t.histogram().fractions(&bins)
+        );
+        // Every other use left out: the replicate is the timeline of the others, and a
+        // draw empties what the last one left.
+        let mut k = 0;
+        r.draw(&mut twice, || {
+            k += 1;
+            k % 2
+        });
+        let even = sampled(
+            300,
+            |i| (i % 2 == 0 && i % 7 != 0).then_some(1 + (i * 7919) % 100_000),
+            |i| {
+                if i % 2 == 0 {
+                    1.0 + (i % 13) as f64
+                } else {
+                    0.0
+                }
+            },
+        );
+        assert_eq!(twice.histogram(), even.histogram());
+        assert_eq!(twice.weights(), even.weights());
     }
 }
