@@ -14,6 +14,9 @@ medians over seeds of
   model S     the conversion alone: the exact time histogram converted, vs exact stack
   samples, traps, effective samples ((sum w)^2 / sum w^2 of the weights), and how far the
   seeds spread (min..max stack S)
+  spread S    the S the samples' own spread suggests (bootstrap replicates, no exact
+              histogram needed; only on runs with 25 effective samples or more), and, per
+              period, how near it came to the exact stack S over every run
 
 With --live, each program also runs under live RDX (`mgbench reuse -- PROGRAM`: QEMU,
 inline access counter, hardware watchpoints) at the same period and seeds, and the words rows
@@ -133,6 +136,35 @@ def measure(trace, period, seed, args):
     return json.loads(run(cmd))
 
 
+def spread_check(g, exact_stack, s):
+    """One run's samples' own spread (see README, RDX: "The samples' own spread") against its
+    exact S `s`: (spread S, S, exact bins inside their 80% ranges, bins holding 1% or more),
+    None where the run has no spread (under 25 effective samples)."""
+    sp = g.get("spread")
+    if not sp:
+        return None
+    inside = held = 0
+    for b, e in zip(g["rdx_bins"], exact_stack):
+        if max(e, b["stack"]) > 0.01 and b.get("stack_range"):
+            held += 1
+            inside += b["stack_range"][0] - 1e-9 <= e <= b["stack_range"][1] + 1e-9
+    return sp["stack_s"], s, inside, held
+
+
+def spread_summary(label, checks):
+    """A line on how near the spread's S came to the exact S over `checks`."""
+    runs = [c for c in checks if c]
+    if not runs:
+        return
+    off = sorted(abs(a - b) for a, b, _, _ in runs)
+    print(f"  {label}: {len(runs)} of {len(checks)} runs with a spread (25 effective samples or "
+          f"more); |spread S - stack S| median {statistics.median(off):.3f}, 90th percentile "
+          f"{off[round(0.9 * (len(off) - 1))]:.3f}; too high by > 0.05 in "
+          f"{sum(a - b > 0.05 for a, b, _, _ in runs)}, too low in "
+          f"{sum(b - a > 0.05 for a, b, _, _ in runs)}; exact inside the 80% range in "
+          f"{sum(c[2] for c in runs)} of {sum(c[3] for c in runs)} bins holding 1% or more")
+
+
 def accuracy(exact, est):
     """RDX's S (Eq. 1) of `est` against `exact`, both fractions over the same bins."""
     return 1.0 - sum(abs(a - b) for a, b in zip(exact, est)) / 2.0
@@ -176,13 +208,15 @@ def main():
         run([os.path.join(ROOT, "scripts", "apps", "build.sh")])
     os.makedirs(args.work, exist_ok=True)
     rows = []
+    # Per period: every run's spread check (trace-driven, live).
+    checks = {}
     print(f"RDX over full traces: {args.watchpoints} watchpoints, attribution "
           f"{args.attribution}, medians over {args.seeds} seeds (RDX's 20 log2 bins)"
           + (f", programs run {args.longer}x their default length" if args.longer > 1 else ""))
     head = (f"{'program':<12} {'accesses':>10} {'period':>7} {'unit':<5} {'samples':>7} "
             f"{'traps':>6} {'eff':>5} {'time S':>7} {'stack S':>7} {'S^':>6} {'model S':>7} "
-            f"{'S min..max':>12}" + (f" {'live time S':>11} {'live stack S':>12} {'live smp':>8}"
-                                     if args.live else ""))
+            f"{'S min..max':>12} {'spread S':>8}"
+            + (f" {'live time S':>11} {'live stack S':>12} {'live smp':>8}" if args.live else ""))
     print(head)
     print("-" * len(head))
     for name in args.programs.split(","):
@@ -195,6 +229,10 @@ def main():
                 g = [r[unit] for r in reports]
                 acc = [x["accuracy_rdx_bins"] for x in g]
                 stack = [a["stack"]["s"] for a in acc]
+                ex_stack = [b["exact_stack"] for b in g[0]["rdx_bins"]]
+                mine = [spread_check(x, ex_stack, a["stack"]["s"]) for x, a in zip(g, acc)]
+                checks.setdefault(period, ([], []))[0].extend(mine)
+                spreads = [c[0] for c in mine if c]
                 row = {
                     "program": name,
                     "accesses": reports[0]["accesses"],
@@ -210,6 +248,8 @@ def main():
                     "model_s": acc[0]["conversion"]["s"],
                     "stack_s_min": min(stack),
                     "stack_s_max": max(stack),
+                    "spread_s": statistics.median(spreads) if spreads else None,
+                    "spread_runs": len(spreads),
                 }
                 extra = ""
                 if lives and unit == "words":
@@ -223,6 +263,8 @@ def main():
                     row["live_time_s"] = statistics.median(lt)
                     row["live_stack_s"] = statistics.median(ls)
                     row["live_stack_s_min"] = min(ls)
+                    checks[period][1].extend(spread_check(v["words"], ex_s, x)
+                                             for v, x in zip(lives, ls))
                     row["live_samples"] = statistics.median(v["words"]["samples"] for v in lives)
                     row["live_effective"] = statistics.median(
                         v["words"].get("effective_samples") or 0 for v in lives)
@@ -236,6 +278,7 @@ def main():
                       f"{row['time_s']:>7.3f} "
                       f"{row['stack_s']:>7.3f} {row['stack_s_hat']:>6.3f} "
                       f"{row['model_s']:>7.3f} {row['stack_s_min']:>5.3f}..{row['stack_s_max']:.3f}"
+                      + (f" {row['spread_s']:>8.3f}" if spreads else f" {'-':>8}")
                       + extra)
     print()
     for period in args.periods.split(","):
@@ -256,6 +299,9 @@ def main():
                 print(f"  live: median stack S {statistics.median(lv):.3f}, worst "
                       f"{worst['live_stack_s']:.3f} ({worst['program']}), "
                       f"{sum(x >= 0.90 for x in lv)}/{len(lv)} programs >= 0.90")
+        trace_checks, live_checks = checks.get(period, ([], []))
+        spread_summary(f"period {period}, the samples' own spread", trace_checks)
+        spread_summary(f"period {period}, live, the samples' own spread", live_checks)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
