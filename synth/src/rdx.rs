@@ -672,7 +672,7 @@ fn thin_samples(g: &GranularityReport) -> Option<String> {
     let effective = g.effective_samples?;
     (g.samples >= 100 && effective < STEADY_EFFECTIVE).then(|| {
         format!(
-            "{}: the histograms rest on about {:.0} effective samples of {} (a few samples watched for long stand for most of the reuses): the long-distance bins can change much with --seed; a run that repeats its long reuses more often (more iterations, a longer input) steadies them",
+            "{}: the histograms rest on about {:.0} effective samples of {} (a few samples watched for long stand for most of the reuses): the long-distance bins can change much with --seed, and the samples' own spread would look steadier than the run is, so no range is given; a run that repeats its long reuses more often (more iterations, a longer input) steadies them",
             g.granularity.unit(),
             effective,
             g.samples

@@ -1238,6 +1238,9 @@ fn a_histogram_resting_on_few_effective_samples_says_so() {
     let note = note_starting(&v, "words: the histograms rest on about")
         .unwrap_or_else(|| panic!("no note on the effective samples: {}", v["notes"]));
     assert!(note.contains(&format!("of {samples}")), "{note}");
+    // Nor a spread, which would look steadier than the run is.
+    assert!(note.contains("no range is given"), "{note}");
+    assert!(w["spread"].is_null(), "{w}");
     // With every trap counted once, each use is one effective sample: the traps and the
     // uses still watched at the end, and no note.
     let one = reuse_json(
