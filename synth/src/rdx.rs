@@ -359,12 +359,8 @@ fn poisson1(rng: &mut Rng) -> u32 {
 
 /// Bootstrap replicates of the sampled histograms over [`fine_bins`]: each thread's uses
 /// drawn again ([`Timeline::resampler`]) and converted as the run's are ([`plan`],
-/// [`convert_threads`]). Per replicate: the time and the stack fractions. Empty without
-/// sampled uses.
+/// [`convert_threads`]). Per replicate: the time and the stack fractions.
 fn replicates(tracks: &[Track], seed: u64) -> Vec<Replicate> {
-    if tracks.iter().all(|t| t.timeline.pairs() == 0) {
-        return Vec::new();
-    }
     let bins = fine_bins();
     let mut rng = Rng::new(seed ^ 0xb007_57a9);
     let resamplers: Vec<_> = tracks.iter().map(|t| t.timeline.resampler()).collect();

@@ -532,10 +532,9 @@ impl Resampler<'_> {
         for (&(pos, time, weight), &slot) in self.of.uses.iter().zip(&self.slot) {
             let k = copies();
             if k > 0 {
-                let (t, w) = (time.unwrap_or(0) as f64, weight * f64::from(k));
                 sum_cells(
                     &mut into.drawn[slot as usize].2,
-                    &[w, w * t, w * pos as f64, weight * w],
+                    &cell_values(pos, time, weight, f64::from(k)),
                 );
             }
         }
@@ -573,6 +572,14 @@ impl Histogram {
     }
 }
 
+/// What `copies` uses at `pos`, reused `time` later, each standing for `weight`, add to their
+/// cell: weight, weighted time, weighted position, squared weights (k copies of w add k w^2).
+#[inline]
+fn cell_values(pos: u64, time: Option<u64>, weight: f64, copies: f64) -> [f64; 4] {
+    let w = weight * copies;
+    [w, w * time.unwrap_or(0) as f64, w * pos as f64, weight * w]
+}
+
 /// Adds cell `v` into `c`, field by field.
 fn sum_cells(c: &mut [f64; 4], v: &[f64; 4]) {
     for (a, b) in c.iter_mut().zip(v) {
@@ -597,22 +604,13 @@ impl Timeline {
         if bucket.len() <= c {
             bucket.resize(c + 1, [0.0; 4]);
         }
-        let t = time.unwrap_or(0) as f64;
-        sum_cells(
-            &mut bucket[c],
-            &[weight, weight * t, weight * pos as f64, weight * weight],
-        );
+        sum_cells(&mut bucket[c], &cell_values(pos, time, weight, 1.0));
     }
 
     /// A pair: its use, when it came and what it stands for.
     pub fn add_pair(&mut self, p: &Pair) {
         self.add(p.use_time, p.time, p.weight);
         self.uses.push((p.use_time, p.time, p.weight));
-    }
-
-    /// Uses added as pairs.
-    pub fn pairs(&self) -> usize {
-        self.uses.len()
     }
 
     /// Draws bootstrap replicates of the uses added as pairs.
