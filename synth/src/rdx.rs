@@ -459,6 +459,25 @@ struct PairStats {
     time_sum: f64,
 }
 
+/// The `top` instruction pairs by the reuses they stand for, each made a row by `row`.
+fn top_pairs<K>(
+    pairs: HashMap<K, PairStats, fasthash::Build>,
+    top: usize,
+    mut row: impl FnMut(K, PairStats) -> InstructionPair,
+) -> Vec<InstructionPair> {
+    let mut list: Vec<(K, PairStats)> = pairs.into_iter().collect();
+    list.sort_by(|a, b| b.1.weight.total_cmp(&a.1.weight));
+    list.into_iter()
+        .take(top)
+        .map(|(k, st)| row(k, st))
+        .collect()
+}
+
+/// What a scoped thread returned; its panic goes on where it was joined.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
 fn bins_of(
     bins: &[(f64, f64)],
     time: &[f64],
@@ -760,31 +779,30 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
     }
     notes
         .push("line granularity is a simulation: x86 debug registers watch at most 8 bytes".into());
-    let words_report = granularity_report(
-        Granularity::Word,
-        &mut word_tracks,
-        &word_time,
-        accesses,
-        cfg.rdx.seed,
-    );
-    let lines_report = granularity_report(
-        Granularity::Line,
-        &mut line_tracks,
-        &line_time,
-        accesses,
-        cfg.rdx.seed,
-    );
-    notes.extend(few_samples(words_report.samples));
-    notes.extend(thin_samples(&words_report));
-    notes.extend(thin_samples(&lines_report));
-    // Instruction pairs, by the reuses they stand for.
-    let mut sym = Symbolizer::new(mappings);
-    let mut list: Vec<((u64, Option<u64>), PairStats)> = pairs.into_iter().collect();
-    list.sort_by(|a, b| b.1.weight.total_cmp(&a.1.weight));
-    let pairs = list
-        .into_iter()
-        .take(cfg.top_pairs)
-        .map(|((u, r), st)| InstructionPair {
+    // The two granularities' conversions and the naming of the instruction pairs (which may
+    // inflate a library's debug information: libc's takes ~45 ms) are independent.
+    let seed = cfg.rdx.seed;
+    let (words_report, lines_report, pairs) = std::thread::scope(|s| {
+        let words = s.spawn(|| {
+            granularity_report(
+                Granularity::Word,
+                &mut word_tracks,
+                &word_time,
+                accesses,
+                seed,
+            )
+        });
+        let lines = s.spawn(|| {
+            granularity_report(
+                Granularity::Line,
+                &mut line_tracks,
+                &line_time,
+                accesses,
+                seed,
+            )
+        });
+        let mut sym = Symbolizer::new(mappings);
+        let pairs = top_pairs(pairs, cfg.top_pairs, |(u, r), st| InstructionPair {
             use_ip: format!("{u:#x}"),
             use_source: sym.resolve(u).describe(),
             reuse_ip: r.map(|r| format!("{r:#x}")),
@@ -792,8 +810,12 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
             traps: st.traps,
             weight: st.weight,
             mean_time: r.map(|_| st.time_sum / st.weight.max(1e-300)),
-        })
-        .collect();
+        });
+        (joined(words), joined(lines), pairs)
+    });
+    notes.extend(few_samples(words_report.samples));
+    notes.extend(thin_samples(&words_report));
+    notes.extend(thin_samples(&lines_report));
     Ok(ReuseReport {
         trace: p,
         live: false,
@@ -1036,7 +1058,24 @@ pub fn reuse_live(
             "{nthreads} threads: each was sampled with its own access count, period and registers, as per-thread hardware would (a reuse is the same thread's next touch); the histograms add them up; between samples each thread counts inline with a counter of its own where QEMU switches instrumentation in place (QEMU 7.2, up to 31 threads at once; the others count in callbacks), and elsewhere every thread counts in callbacks, at about what an empty memory callback costs"
         ));
     }
-    let words = granularity_report(Granularity::Word, &mut tracks, &time, accesses, rdx.seed);
+    // The conversion and the naming of the instruction pairs (which may inflate a library's
+    // debug information: libc's takes ~45 ms) are independent.
+    let (words, pairs) = std::thread::scope(|s| {
+        let words = s.spawn(|| {
+            granularity_report(Granularity::Word, &mut tracks, &time, accesses, rdx.seed)
+        });
+        let mut sym = Symbolizer::new(mgbench_capture::trace::Mapping::parse_proc_maps(&maps));
+        let pairs = top_pairs(pairs, cfg.top_pairs, |(u, reused), st| InstructionPair {
+            use_ip: format!("{u:#x}"),
+            use_source: sym.resolve(u).describe(),
+            reuse_ip: None,
+            reuse_source: None,
+            traps: st.traps,
+            weight: st.weight,
+            mean_time: reused.then(|| st.time_sum / st.weight.max(1e-300)),
+        });
+        (joined(words), pairs)
+    });
     notes.extend(few_samples(words.samples));
     notes.extend(thin_samples(&words));
     let adaptive_period = adaptive.then(|| {
@@ -1054,22 +1093,6 @@ pub fn reuse_live(
     notes.push(
         "live: the reusing instruction is not recorded (under QEMU the watchpoint fires in generated code); cache lines need a trace (mgbench reuse --rdx)".into(),
     );
-    let mut sym = Symbolizer::new(mgbench_capture::trace::Mapping::parse_proc_maps(&maps));
-    let mut list: Vec<((u64, bool), PairStats)> = pairs.into_iter().collect();
-    list.sort_by(|a, b| b.1.weight.total_cmp(&a.1.weight));
-    let pairs = list
-        .into_iter()
-        .take(cfg.top_pairs)
-        .map(|((u, reused), st)| InstructionPair {
-            use_ip: format!("{u:#x}"),
-            use_source: sym.resolve(u).describe(),
-            reuse_ip: None,
-            reuse_source: None,
-            traps: st.traps,
-            weight: st.weight,
-            mean_time: reused.then(|| st.time_sum / st.weight.max(1e-300)),
-        })
-        .collect();
     Ok(ReuseReport {
         trace: command.to_string(),
         live: true,
