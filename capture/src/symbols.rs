@@ -921,6 +921,14 @@ impl Symbolizer {
         self.cache.clear();
     }
 
+    /// Loads the file at `path` (its symbols and debug information: libc's take ~45 ms) before
+    /// any address needs it; `path` as `/proc/PID/maps` names it (canonical).
+    pub fn preload(&mut self, path: &str) {
+        self.objects
+            .entry(path.to_string())
+            .or_insert_with(|| load_object(Path::new(path)));
+    }
+
     pub fn resolve(&mut self, ip: u64) -> SourceLocation {
         if let Some(hit) = self.cache.get(&ip) {
             return hit.clone();
@@ -1003,6 +1011,176 @@ impl Symbolizer {
         }
         loc
     }
+}
+
+/// A [`Symbolizer`] on a thread of its own that loads files while the caller does something
+/// else (a live run's program runs), then resolves addresses once they are known.
+pub struct Preloaded {
+    request: std::sync::mpsc::Sender<(Vec<Mapping>, Vec<u64>)>,
+    reply: std::sync::mpsc::Receiver<Vec<SourceLocation>>,
+}
+
+impl Preloaded {
+    /// Starts loading the files `paths` gives (computed on the new thread; see
+    /// [`Symbolizer::preload`]), one after the other; a request that comes before the last is
+    /// loaded stops the loading there.
+    pub fn start(paths: impl FnOnce() -> Vec<String> + Send + 'static) -> Preloaded {
+        use std::sync::mpsc::{channel, TryRecvError};
+        let (request, requests) = channel::<(Vec<Mapping>, Vec<u64>)>();
+        let (replies, reply) = channel();
+        // Where no thread can start, `resolve` finds the request refused and works alone.
+        let _ = std::thread::Builder::new()
+            .name("mgbench-symbols".into())
+            .spawn(move || {
+                let mut sym = Symbolizer::new(Vec::new());
+                let mut early = None;
+                for p in &paths() {
+                    match requests.try_recv() {
+                        Ok(r) => {
+                            early = Some(r);
+                            break;
+                        }
+                        Err(TryRecvError::Disconnected) => return,
+                        Err(TryRecvError::Empty) => sym.preload(p),
+                    }
+                }
+                let Some((mappings, ips)) = early.or_else(|| requests.recv().ok()) else {
+                    return;
+                };
+                sym.add_mappings(&mappings);
+                let _ = replies.send(ips.iter().map(|&ip| sym.resolve(ip)).collect::<Vec<_>>());
+            });
+        Preloaded { request, reply }
+    }
+
+    /// Where each of `ips` comes from, in a process mapped as `mappings`.
+    pub fn resolve(self, mappings: Vec<Mapping>, ips: Vec<u64>) -> Vec<SourceLocation> {
+        // A thread that could not start or died (it never should) leaves the work to this one.
+        let sent = self.request.send((mappings.clone(), ips.clone())).is_ok();
+        match sent.then(|| self.reply.recv().ok()).flatten() {
+            Some(locations) => locations,
+            None => {
+                let mut sym = Symbolizer::new(mappings);
+                ips.iter().map(|&ip| sym.resolve(ip)).collect()
+            }
+        }
+    }
+}
+
+/// The files the program `program` (a path, or a name looked up in PATH) maps as it starts,
+/// as `/proc/PID/maps` names them (canonical paths): itself, its dynamic loader (PT_INTERP) and the libraries it names
+/// (DT_NEEDED), found where the dynamic loader looks (its RPATH or RUNPATH with `$ORIGIN`,
+/// `LD_LIBRARY_PATH`, then the system's directories; the cache of `ldconfig` is not read,
+/// so a library found elsewhere is simply not preloaded). Libraries those load are left
+/// out. Empty where the file is not a readable ELF file.
+pub fn program_objects(program: &Path) -> Vec<String> {
+    use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+    let program = match program.to_str() {
+        Some(name) if !name.contains('/') && !program.is_file() => {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let Some(found) = std::env::split_paths(&path)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+            else {
+                return Vec::new();
+            };
+            found
+        }
+        _ => program.to_path_buf(),
+    };
+    let program = program.as_path();
+    let Ok(data) = std::fs::read(program) else {
+        return Vec::new();
+    };
+    let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data) else {
+        return Vec::new();
+    };
+    let endian = elf.endian();
+    let header = elf.elf_header();
+    let mut found: Vec<PathBuf> = vec![program.to_path_buf()];
+    let Ok(segments) = header.program_headers(endian, &*data) else {
+        return Vec::new();
+    };
+    let (mut needed, mut runpath) = (Vec::new(), Vec::new());
+    for seg in segments {
+        if let Ok(Some(interp)) = seg.interpreter(endian, &*data) {
+            found.push(PathBuf::from(String::from_utf8_lossy(interp).into_owned()));
+        }
+        let Ok(Some(dynamic)) = seg.dynamic(endian, &*data) else {
+            continue;
+        };
+        // The dynamic string table, by its address in the segments that load it.
+        let strtab = dynamic
+            .iter()
+            .find_map(|d| (d.tag(endian) == object::elf::DT_STRTAB).then(|| d.d_val(endian)));
+        let strsz = dynamic
+            .iter()
+            .find_map(|d| (d.tag(endian) == object::elf::DT_STRSZ).then(|| d.d_val(endian)));
+        let (Some(addr), Some(size)) = (strtab, strsz) else {
+            continue;
+        };
+        let Some(table) = segments.iter().find_map(|s| {
+            let (va, filesz) = (s.p_vaddr(endian), s.p_filesz(endian));
+            (addr >= va && addr + size <= va + filesz)
+                .then(|| s.p_offset(endian) + (addr - va))
+                .and_then(|off| data.get(off as usize..(off + size) as usize))
+        }) else {
+            continue;
+        };
+        let string = |off: u64| {
+            let rest = table.get(off as usize..)?;
+            let end = rest.iter().position(|&b| b == 0)?;
+            Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+        };
+        for d in dynamic {
+            match d.tag(endian) {
+                object::elf::DT_NEEDED => needed.extend(string(d.d_val(endian))),
+                object::elf::DT_RPATH | object::elf::DT_RUNPATH => {
+                    runpath.extend(string(d.d_val(endian)))
+                }
+                _ => {}
+            }
+        }
+    }
+    let origin = program
+        .parent()
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = runpath
+        .iter()
+        .flat_map(|r| r.split(':'))
+        .map(|d| PathBuf::from(d.replace("${ORIGIN}", &origin).replace("$ORIGIN", &origin)))
+        .collect();
+    if let Ok(env) = std::env::var("LD_LIBRARY_PATH") {
+        dirs.extend(env.split(':').filter(|d| !d.is_empty()).map(PathBuf::from));
+    }
+    dirs.extend(
+        [
+            "/lib/x86_64-linux-gnu",
+            "/usr/lib/x86_64-linux-gnu",
+            "/lib64",
+            "/usr/lib64",
+            "/lib",
+            "/usr/lib",
+            "/usr/local/lib",
+        ]
+        .map(PathBuf::from),
+    );
+    for name in &needed {
+        if name.contains('/') {
+            found.push(PathBuf::from(name));
+        } else if let Some(p) = dirs.iter().map(|d| d.join(name)).find(|p| p.is_file()) {
+            found.push(p);
+        }
+    }
+    let mut paths: Vec<String> = found
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    paths.retain(|p| seen.insert(p.clone()));
+    paths
 }
 
 fn load_object(path: &Path) -> Option<LoadedObject> {
@@ -1148,6 +1326,77 @@ mod tests {
         );
         assert_eq!(loc(None, lib).function_or_object(), "?? [libbz2.so.1.0.4]");
         assert_eq!(loc(None, None).function_or_object(), "??");
+    }
+
+    #[test]
+    fn a_program_s_files_are_found_as_its_process_maps_them() {
+        // gzip (Debian's, dynamic): itself, its loader and its libraries, canonical.
+        let objects = program_objects(Path::new("gzip"));
+        assert!(
+            objects.first().is_some_and(|o| o.ends_with("/gzip")),
+            "{objects:?}"
+        );
+        let libc = std::fs::canonicalize("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+        assert!(objects.contains(&libc.display().to_string()), "{objects:?}");
+        assert!(
+            objects.iter().any(|o| o.ends_with("/ld-linux-x86-64.so.2")),
+            "{objects:?}"
+        );
+        for o in &objects {
+            assert_eq!(std::fs::canonicalize(o).unwrap(), Path::new(o), "{o}");
+        }
+        let mut unique = objects.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), objects.len(), "{objects:?}");
+        // What is not an ELF file, or is not there, gives nothing.
+        assert!(program_objects(Path::new("/etc/hostname")).is_empty());
+        assert!(program_objects(Path::new("/nonexistent/prog")).is_empty());
+        assert!(program_objects(Path::new("no-such-program-anywhere")).is_empty());
+    }
+
+    #[test]
+    fn preloaded_files_name_addresses_as_a_symbolizer_does() {
+        // This process: the test binary and the C library, at addresses in their code.
+        let maps = Mapping::parse_proc_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let code = |name: &str| {
+            maps.iter()
+                .find(|m| m.perms.contains('x') && m.path.ends_with(name))
+                .map(|m| m.start + (m.end - m.start) / 2)
+        };
+        let exe = std::env::current_exe().unwrap();
+        let exe_name = exe.file_name().unwrap().to_str().unwrap().to_string();
+        let ips: Vec<u64> = [code(&exe_name), code("libc.so.6"), Some(8)]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(ips.len(), 3, "{maps:?}");
+        let mut sym = Symbolizer::new(maps.clone());
+        let want: Vec<SourceLocation> = ips.iter().map(|&ip| sym.resolve(ip)).collect();
+        assert!(want[1].function.is_some(), "{want:?}");
+        let files = {
+            let exe = exe.clone();
+            move || {
+                let mut f = program_objects(&exe);
+                f.push(
+                    std::fs::canonicalize("/lib/x86_64-linux-gnu/libc.so.6")
+                        .unwrap()
+                        .display()
+                        .to_string(),
+                );
+                f
+            }
+        };
+        // Loaded ahead of the request, or asked before loading ends, or by a thread that died:
+        // the same answers.
+        let ahead = Preloaded::start(files.clone());
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(ahead.resolve(maps.clone(), ips.clone()), want);
+        assert_eq!(
+            Preloaded::start(files).resolve(maps.clone(), ips.clone()),
+            want
+        );
+        let died = Preloaded::start(|| -> Vec<String> { panic!("a preloading thread that dies") });
+        assert_eq!(died.resolve(maps, ips), want);
     }
 
     #[test]

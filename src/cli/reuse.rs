@@ -231,6 +231,12 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
         watchpoints: rdx.watchpoints,
         seed: rdx.seed,
     };
+    // The program's files (libc's debug information among them: ~45 ms) load while it runs,
+    // for the instruction pairs of the report.
+    let program = live_cfg.program.clone();
+    let symbols = mgbench_capture::symbols::Preloaded::start(move || {
+        mgbench_capture::symbols::program_objects(&program)
+    });
     let run = match native {
         Some(s) => {
             eprintln!(
@@ -253,7 +259,7 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
         top_pairs: args.top,
         ..ReuseConfig::default()
     };
-    let mut report = reuse_live(&events.path, &run.command, &cfg)?;
+    let mut report = reuse_live(&events.path, &run.command, &cfg, Some(symbols))?;
     let code = match run.exit {
         ProgramExit::Code(c) => c,
         ProgramExit::Signal(s) => {

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use mgbench_capture::symbols::Symbolizer;
+use mgbench_capture::symbols::{Preloaded, Symbolizer};
 use mgbench_capture::trace::{Access, Frame, Mapping, Mode};
 use serde::{Deserialize, Serialize};
 
@@ -459,18 +459,12 @@ struct PairStats {
     time_sum: f64,
 }
 
-/// The `top` instruction pairs by the reuses they stand for, each made a row by `row`.
-fn top_pairs<K>(
-    pairs: HashMap<K, PairStats, fasthash::Build>,
-    top: usize,
-    mut row: impl FnMut(K, PairStats) -> InstructionPair,
-) -> Vec<InstructionPair> {
+/// The `top` instruction pairs by the reuses they stand for.
+fn top_pairs<K>(pairs: HashMap<K, PairStats, fasthash::Build>, top: usize) -> Vec<(K, PairStats)> {
     let mut list: Vec<(K, PairStats)> = pairs.into_iter().collect();
     list.sort_by(|a, b| b.1.weight.total_cmp(&a.1.weight));
-    list.into_iter()
-        .take(top)
-        .map(|(k, st)| row(k, st))
-        .collect()
+    list.truncate(top);
+    list
 }
 
 /// What a scoped thread returned; its panic goes on where it was joined.
@@ -802,15 +796,18 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
             )
         });
         let mut sym = Symbolizer::new(mappings);
-        let pairs = top_pairs(pairs, cfg.top_pairs, |(u, r), st| InstructionPair {
-            use_ip: format!("{u:#x}"),
-            use_source: sym.resolve(u).describe(),
-            reuse_ip: r.map(|r| format!("{r:#x}")),
-            reuse_source: r.map(|r| sym.resolve(r).describe()),
-            traps: st.traps,
-            weight: st.weight,
-            mean_time: r.map(|_| st.time_sum / st.weight.max(1e-300)),
-        });
+        let pairs = top_pairs(pairs, cfg.top_pairs)
+            .into_iter()
+            .map(|((u, r), st)| InstructionPair {
+                use_ip: format!("{u:#x}"),
+                use_source: sym.resolve(u).describe(),
+                reuse_ip: r.map(|r| format!("{r:#x}")),
+                reuse_source: r.map(|r| sym.resolve(r).describe()),
+                traps: st.traps,
+                weight: st.weight,
+                mean_time: r.map(|_| st.time_sum / st.weight.max(1e-300)),
+            })
+            .collect();
         (joined(words), joined(lines), pairs)
     });
     notes.extend(few_samples(words_report.samples));
@@ -856,7 +853,8 @@ impl LiveThread {
 /// Reads the events file of a live run (`mgbench reuse -- PROGRAM`; see the QEMU plugin's
 /// `rdx` module) and builds the report: the samples with the registers the plugin's reservoir
 /// chose and the traps go through the same bookkeeping as a trace-driven run, one sampler per
-/// thread. `command` is the program's command line.
+/// thread. `command` is the program's command line; `symbols`, where given, names the
+/// instructions (its files loaded while the program ran, see [`Preloaded`]).
 ///
 /// Lines (times are the thread's own access counts; a missing thread number is 0):
 /// `H period jitter watchpoints seed [adaptive]`, `S ip addr time register|- period thread`,
@@ -867,6 +865,7 @@ pub fn reuse_live(
     events: &Path,
     command: &str,
     cfg: &ReuseConfig,
+    symbols: Option<Preloaded>,
 ) -> Result<ReuseReport, SynthError> {
     let p = events.display().to_string();
     let text = std::fs::read_to_string(events).map_err(|cause| SynthError::Open {
@@ -1064,16 +1063,29 @@ pub fn reuse_live(
         let words = s.spawn(|| {
             granularity_report(Granularity::Word, &mut tracks, &time, accesses, rdx.seed)
         });
-        let mut sym = Symbolizer::new(mgbench_capture::trace::Mapping::parse_proc_maps(&maps));
-        let pairs = top_pairs(pairs, cfg.top_pairs, |(u, reused), st| InstructionPair {
-            use_ip: format!("{u:#x}"),
-            use_source: sym.resolve(u).describe(),
-            reuse_ip: None,
-            reuse_source: None,
-            traps: st.traps,
-            weight: st.weight,
-            mean_time: reused.then(|| st.time_sum / st.weight.max(1e-300)),
-        });
+        let top = top_pairs(pairs, cfg.top_pairs);
+        let mappings = mgbench_capture::trace::Mapping::parse_proc_maps(&maps);
+        let ips: Vec<u64> = top.iter().map(|&((u, _), _)| u).collect();
+        let sources = match symbols {
+            Some(preloaded) => preloaded.resolve(mappings, ips),
+            None => {
+                let mut sym = Symbolizer::new(mappings);
+                ips.iter().map(|&ip| sym.resolve(ip)).collect()
+            }
+        };
+        let pairs = top
+            .into_iter()
+            .zip(sources)
+            .map(|(((u, reused), st), source)| InstructionPair {
+                use_ip: format!("{u:#x}"),
+                use_source: source.describe(),
+                reuse_ip: None,
+                reuse_source: None,
+                traps: st.traps,
+                weight: st.weight,
+                mean_time: reused.then(|| st.time_sum / st.weight.max(1e-300)),
+            })
+            .collect::<Vec<_>>();
         (joined(words), pairs)
     });
     notes.extend(few_samples(words.samples));
@@ -1125,7 +1137,7 @@ mod tests {
             std::process::id()
         ));
         std::fs::write(&p, text).unwrap();
-        let r = reuse_live(&p, command, cfg);
+        let r = reuse_live(&p, command, cfg, None);
         std::fs::remove_file(&p).ok();
         r
     }
