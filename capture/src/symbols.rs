@@ -921,6 +921,12 @@ impl Symbolizer {
         self.cache.clear();
     }
 
+    /// Where each of `ips` comes from, in a process mapped as `mappings`.
+    pub fn resolve_all(mappings: Vec<Mapping>, ips: &[u64]) -> Vec<SourceLocation> {
+        let mut sym = Symbolizer::new(mappings);
+        ips.iter().map(|&ip| sym.resolve(ip)).collect()
+    }
+
     /// Loads the file at `path` (its symbols and debug information: libc's take ~45 ms) before
     /// any address needs it; `path` as `/proc/PID/maps` names it (canonical).
     pub fn preload(&mut self, path: &str) {
@@ -1059,10 +1065,7 @@ impl Preloaded {
         let sent = self.request.send((mappings.clone(), ips.clone())).is_ok();
         match sent.then(|| self.reply.recv().ok()).flatten() {
             Some(locations) => locations,
-            None => {
-                let mut sym = Symbolizer::new(mappings);
-                ips.iter().map(|&ip| sym.resolve(ip)).collect()
-            }
+            None => Symbolizer::resolve_all(mappings, &ips),
         }
     }
 }

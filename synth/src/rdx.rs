@@ -1064,14 +1064,11 @@ pub fn reuse_live(
             granularity_report(Granularity::Word, &mut tracks, &time, accesses, rdx.seed)
         });
         let top = top_pairs(pairs, cfg.top_pairs);
-        let mappings = mgbench_capture::trace::Mapping::parse_proc_maps(&maps);
+        let mappings = Mapping::parse_proc_maps(&maps);
         let ips: Vec<u64> = top.iter().map(|&((u, _), _)| u).collect();
         let sources = match symbols {
             Some(preloaded) => preloaded.resolve(mappings, ips),
-            None => {
-                let mut sym = Symbolizer::new(mappings);
-                ips.iter().map(|&ip| sym.resolve(ip)).collect()
-            }
+            None => Symbolizer::resolve_all(mappings, &ips),
         };
         let pairs = top
             .into_iter()
