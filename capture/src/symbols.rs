@@ -1358,6 +1358,42 @@ mod tests {
     }
 
     #[test]
+    fn a_library_is_found_through_the_program_s_runpath() {
+        // A program whose library lies in lib/ beside it, found through RUNPATH $ORIGIN/lib.
+        let gcc = std::process::Command::new("gcc").arg("--version").output();
+        if !gcc.is_ok_and(|o| o.status.success()) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "needs gcc, which CI installs with scripts/setup.sh"
+            );
+            eprintln!("skipped: no gcc");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("mgbench-runpath-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("lib")).unwrap();
+        std::fs::write(dir.join("f.c"), "int f(int x) { return x + 1; }\n").unwrap();
+        std::fs::write(
+            dir.join("m.c"),
+            "int f(int);\nint main(int argc, char **argv) { return f(argc); }\n",
+        )
+        .unwrap();
+        let run = |args: &[&str]| {
+            let o = std::process::Command::new("gcc")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        };
+        run(&["-shared", "-fPIC", "-o", "lib/libf.so", "f.c"]);
+        run(&["-o", "m", "m.c", "-Llib", "-lf", "-Wl,-rpath,$ORIGIN/lib"]);
+        let objects = program_objects(&dir.join("m"));
+        let lib = std::fs::canonicalize(dir.join("lib/libf.so")).unwrap();
+        assert!(objects.contains(&lib.display().to_string()), "{objects:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn preloaded_files_name_addresses_as_a_symbolizer_does() {
         // This process: the test binary and the C library, at addresses in their code.
         let maps = Mapping::parse_proc_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
