@@ -1024,6 +1024,9 @@ impl Symbolizer {
 pub struct Preloaded {
     request: std::sync::mpsc::Sender<(Vec<Mapping>, Vec<u64>)>,
     reply: std::sync::mpsc::Receiver<Vec<SourceLocation>>,
+    /// The file the thread is loading, if it is: set and cleared under the lock, and a file is
+    /// only started after a look for a request under it.
+    loading: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Preloaded {
@@ -1034,21 +1037,28 @@ impl Preloaded {
         use std::sync::mpsc::{channel, TryRecvError};
         let (request, requests) = channel::<(Vec<Mapping>, Vec<u64>)>();
         let (replies, reply) = channel();
+        let loading = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let busy = loading.clone();
         // Where no thread can start, `resolve` finds the request refused and works alone.
         let _ = std::thread::Builder::new()
             .name("mgbench-symbols".into())
             .spawn(move || {
+                let lock = || busy.lock().unwrap_or_else(|e| e.into_inner());
                 let mut sym = Symbolizer::new(Vec::new());
                 let mut early = None;
                 for p in &paths() {
+                    let mut current = lock();
                     match requests.try_recv() {
                         Ok(r) => {
                             early = Some(r);
                             break;
                         }
                         Err(TryRecvError::Disconnected) => return,
-                        Err(TryRecvError::Empty) => sym.preload(p),
+                        Err(TryRecvError::Empty) => *current = Some(p.clone()),
                     }
+                    drop(current);
+                    sym.preload(p);
+                    *lock() = None;
                 }
                 let Some((mappings, ips)) = early.or_else(|| requests.recv().ok()) else {
                     return;
@@ -1056,13 +1066,31 @@ impl Preloaded {
                 sym.add_mappings(&mappings);
                 let _ = replies.send(ips.iter().map(|&ip| sym.resolve(ip)).collect::<Vec<_>>());
             });
-        Preloaded { request, reply }
+        Preloaded {
+            request,
+            reply,
+            loading,
+        }
     }
-
-    /// Where each of `ips` comes from, in a process mapped as `mappings`.
+    /// Where each of `ips` comes from, in a process mapped as `mappings`. Where the thread is
+    /// still loading a file that none of `ips` lies in (a run shorter than the loading), this
+    /// thread resolves them alone rather than wait.
     pub fn resolve(self, mappings: Vec<Mapping>, ips: Vec<u64>) -> Vec<SourceLocation> {
-        // A thread that could not start or died (it never should) leaves the work to this one.
-        let sent = self.request.send((mappings.clone(), ips.clone())).is_ok();
+        // The files the addresses lie in.
+        let needed: Vec<&str> = mappings
+            .iter()
+            .filter(|m| ips.iter().any(|&ip| ip >= m.start && ip < m.end))
+            .map(|m| m.path.as_str())
+            .collect();
+        let sent = {
+            let current = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+            let elsewhere = current
+                .as_ref()
+                .is_some_and(|l| !needed.contains(&l.as_str()));
+            // A thread that could not start or died (it never should) leaves the work to this
+            // one, as does one busy with a file not needed.
+            !elsewhere && self.request.send((mappings.clone(), ips.clone())).is_ok()
+        };
         match sent.then(|| self.reply.recv().ok()).flatten() {
             Some(locations) => locations,
             None => Symbolizer::resolve_all(mappings, &ips),
@@ -1435,7 +1463,19 @@ mod tests {
             want
         );
         let died = Preloaded::start(|| -> Vec<String> { panic!("a preloading thread that dies") });
-        assert_eq!(died.resolve(maps, ips), want);
+        assert_eq!(died.resolve(maps.clone(), ips.clone()), want);
+        // Busy with a file none of the addresses needs (libc, for an address in this binary):
+        // answered here or there, the same.
+        let libc_only = || {
+            vec![std::fs::canonicalize("/lib/x86_64-linux-gnu/libc.so.6")
+                .unwrap()
+                .display()
+                .to_string()]
+        };
+        assert_eq!(
+            Preloaded::start(libc_only).resolve(maps, ips[..1].to_vec()),
+            want[..1]
+        );
     }
 
     #[test]
