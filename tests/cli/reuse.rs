@@ -1311,7 +1311,9 @@ fn live_rdx_with_inline_counting_samples_every_instruction_of_a_loop() {
     // sample the same instruction every time (it did: none of 970 samples fell on big[i]).
     let v = live_json(&dir, "524288", &[&app("attribution"), "--reps=80"]);
     let w = &v["words"];
-    assert!(w["samples"].as_u64().unwrap() > 80, "{w}");
+    // 60.3 M accesses: 115 samples at the nominal period; the poller's lateness takes some
+    // (93-109 on an idle machine, 80 with a build running on both cores).
+    assert!(w["samples"].as_u64().unwrap() > 50, "{w}");
     let pairs = v["pairs"].as_array().unwrap();
     let long: f64 = pairs
         .iter()
