@@ -1072,6 +1072,7 @@ impl Preloaded {
             loading,
         }
     }
+
     /// Where each of `ips` comes from, in a process mapped as `mappings`. Where the thread is
     /// still loading a file that none of `ips` lies in (a run shorter than the loading), this
     /// thread resolves them alone rather than wait.
@@ -1106,18 +1107,13 @@ impl Preloaded {
 /// out. Empty where the file is not a readable ELF file.
 pub fn program_objects(program: &Path) -> Vec<String> {
     use object::read::elf::{Dyn, FileHeader, ProgramHeader};
-    let program = match program.to_str() {
-        Some(name) if !name.contains('/') && !program.is_file() => {
-            let path = std::env::var_os("PATH").unwrap_or_default();
-            let Some(found) = std::env::split_paths(&path)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-            else {
-                return Vec::new();
-            };
-            found
-        }
-        _ => program.to_path_buf(),
+    let program = if program.components().count() > 1 || program.is_file() {
+        program.to_path_buf()
+    } else {
+        let Some(found) = search_path(program) else {
+            return Vec::new();
+        };
+        found
     };
     let program = program.as_path();
     let Ok(data) = std::fs::read(program) else {
@@ -1212,6 +1208,15 @@ pub fn program_objects(program: &Path) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
     paths.retain(|p| seen.insert(p.clone()));
     paths
+}
+
+/// `name` looked up in PATH as a shell does (`/usr/bin:/bin` where PATH is unset): the first
+/// directory that holds a file of that name.
+pub fn search_path(name: &Path) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&paths)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
 }
 
 fn load_object(path: &Path) -> Option<LoadedObject> {

@@ -1,11 +1,10 @@
 //! Finding and checking the program to capture before anything starts.
 
-use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use super::CaptureError;
-use crate::symbols::ElfImage;
+use crate::symbols::{search_path, ElfImage};
 
 /// A program that exists, is executable and is an x86-64 ELF.
 #[derive(Debug, Clone)]
@@ -47,13 +46,6 @@ pub fn resolve(name: &Path) -> Result<Program, CaptureError> {
     let image = ElfImage::open(&path).map_err(CaptureError::Elf)?;
     let path = std::fs::canonicalize(&path).unwrap_or(path);
     Ok(Program { path, image })
-}
-
-fn search_path(name: &Path) -> Option<PathBuf> {
-    let paths = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));
-    std::env::split_paths(&paths)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
 }
 
 /// Looks for an executable in PATH (for qemu-x86_64).
