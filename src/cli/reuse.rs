@@ -97,6 +97,13 @@ pub struct ReuseArgs {
     /// else under QEMU.
     #[arg(long, value_enum, default_value_t = LiveBackend::Auto)]
     backend: LiveBackend,
+    /// Live runs under QEMU: leave the first touch of the program's large new memory to the
+    /// program. By default a helper thread touches it first (anonymous mappings of 1 MiB
+    /// and more, and the heap's growth), so that the kernel clears those pages away from the
+    /// armed debug registers, which slow that clearing about 20x on some CPUs; the program's
+    /// resident memory may then grow sooner than it would.
+    #[arg(long)]
+    no_prefault: bool,
     /// A program to measure live: one sample every PERIOD accesses (default adaptive, see
     /// --period) and the machine's debug registers as watchpoints; no trace is written. Under
     /// QEMU every thread is sampled with its own access count and registers (each counts
@@ -230,6 +237,7 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
         jitter: rdx.jitter,
         watchpoints: rdx.watchpoints,
         seed: rdx.seed,
+        prefault: !args.no_prefault,
     };
     // The program's files (libc's debug information among them: ~45 ms) load while it runs,
     // for the instruction pairs of the report.

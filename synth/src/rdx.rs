@@ -195,6 +195,11 @@ pub struct ReuseReport {
     /// A live run's adaptive period (the default there): `config.period` is its first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive_period: Option<AdaptivePeriod>,
+    /// A live run under QEMU: pages of the program's large new anonymous memory that a
+    /// helper thread touched first, so that the kernel cleared them away from the armed
+    /// debug registers (`--no-prefault` turns it off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefaulted_pages: Option<u64>,
 }
 
 /// The periods a live run's samples were drawn from, where the period adapted to the run.
@@ -825,6 +830,7 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
         pairs,
         notes,
         adaptive_period: None,
+        prefaulted_pages: None,
     })
 }
 
@@ -860,7 +866,7 @@ impl LiveThread {
 /// `H period jitter watchpoints seed [adaptive]`, `S ip addr time register|- period thread`,
 /// `T register time thread`, `E time thread` (the thread's end), `X time thread path` (an
 /// execve), `C children` (the child processes started so far), `M` (a /proc/self/maps line),
-/// `B blocks` (retranslated), `N note`.
+/// `B blocks` (retranslated), `P pages` (populated ahead of the program), `N note`.
 pub fn reuse_live(
     events: &Path,
     command: &str,
@@ -898,6 +904,7 @@ pub fn reuse_live(
     let mut maps = String::new();
     let mut notes = Vec::new();
     let mut blocks = None;
+    let mut prefaulted: Option<u64> = None;
     let mut adaptive = false;
     let mut periods: Option<(u64, u64)> = None;
     let mut exec: Option<(u64, String)> = None;
@@ -985,6 +992,10 @@ pub fn reuse_live(
                 children = children.max(c.ok_or_else(|| bad(n, line))?);
             }
             "B" => blocks = f.first().and_then(|v| v.parse::<u64>().ok()),
+            "P" => {
+                let pages = f.first().and_then(|v| v.parse::<u64>().ok());
+                prefaulted = Some(prefaulted.max(pages).ok_or_else(|| bad(n, line))?);
+            }
             "E" => {
                 let (Some(first), Some(now), Some(thread)) = (
                     header.as_ref(),
@@ -1102,6 +1113,7 @@ pub fn reuse_live(
     notes.push(
         "live: the reusing instruction is not recorded (under QEMU the watchpoint fires in generated code); cache lines need a trace (mgbench reuse --rdx)".into(),
     );
+    notes.extend(prefaulted.map(prefault_note));
     Ok(ReuseReport {
         trace: command.to_string(),
         live: true,
@@ -1114,7 +1126,16 @@ pub fn reuse_live(
         pairs,
         notes,
         adaptive_period,
+        prefaulted_pages: prefaulted,
     })
+}
+
+/// The note for a live run whose large new memory a helper thread touched first.
+fn prefault_note(pages: u64) -> String {
+    format!(
+        "live: {pages} pages ({:.0} MiB) of the program's new memory were touched first by a helper thread without debug registers, where the kernel clears them at full speed (an armed register slows that clearing about 20x on some CPUs), front to back as mapped: the program's accesses are the same, its resident memory may grow sooner; --no-prefault leaves them to the program",
+        pages as f64 * 4096.0 / 1048576.0
+    )
 }
 
 #[cfg(test)]
@@ -1237,6 +1258,31 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn pages_touched_ahead_of_a_live_run_are_reported() {
+        let cfg = ReuseConfig {
+            exact: false,
+            ..ReuseConfig::default()
+        };
+        let text = |p: &str| format!("H 10 0.5 1 1\nS 0x1 0x1000 10 0\nT 0 12\n{p}E 30\n");
+        // An execve logs the pages so far, the exit all of them: the larger counts.
+        let r = live("prefault", &text("P 8192\nP 32768\n"), "prog", &cfg).unwrap();
+        assert_eq!(r.prefaulted_pages, Some(32768));
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("32768 pages (128 MiB)") && n.contains("--no-prefault")),
+            "{:?}",
+            r.notes
+        );
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("\"prefaulted_pages\":32768"), "{json}");
+        let none = live("no-prefault", &text(""), "prog", &cfg).unwrap();
+        assert_eq!(none.prefaulted_pages, None);
+        assert!(!serde_json::to_string(&none).unwrap().contains("prefaulted"));
+        assert!(live("bad-prefault", &text("P many\n"), "prog", &cfg).is_err());
     }
 
     #[test]

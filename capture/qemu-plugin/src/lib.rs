@@ -29,6 +29,7 @@ mod fds;
 mod fixed;
 mod native;
 mod pieces;
+mod prefault;
 mod rdx;
 mod slots;
 mod switch;
@@ -150,6 +151,7 @@ impl Config {
             seed: 1,
             jitter: 0.5,
             adaptive: false,
+            prefault: true,
         };
         let num = |k: &str, v: &str| -> Result<u64, String> {
             let parsed = match v.strip_prefix("0x") {
@@ -176,6 +178,7 @@ impl Config {
                 "rdx_seed" => rdx.seed = num(k, v)?,
                 "rdx_jitter" => rdx.jitter = rdx::parse_jitter(k, v)?,
                 "rdx_adaptive" => rdx.adaptive = num(k, v)? != 0,
+                "rdx_prefault" => rdx.prefault = num(k, v)? != 0,
                 "rdx_check" => c.rdx_check = Some(v.to_string()),
                 "exe_base" => c.exe_base = num(k, v)?,
                 "level" => {
@@ -1368,6 +1371,7 @@ extern "C" fn rdx_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret
     }
     fds::after_syscall(vcpu, num, ret);
     clone_returned(num, ret);
+    prefault::after_syscall(num, ret);
     rdx::syscall_returned(vcpu, num);
 }
 
@@ -1636,12 +1640,15 @@ extern "C" fn syscall_entry<const LIVE_RDX: bool>(
     a1: u64,
     a2: u64,
     a3: u64,
-    _a4: u64,
+    a4: u64,
     _a5: u64,
     _a6: u64,
     _a7: u64,
     _a8: u64,
 ) {
+    if LIVE_RDX {
+        prefault::before_syscall(num, a1, a2, a3, a4);
+    }
     if matches!(num, CLONE | CLONE3 | FORK | VFORK) {
         let process = makes_process(num, a1);
         FORKING.with(|f| f.set(process));
@@ -2035,6 +2042,9 @@ pub unsafe extern "C" fn qemu_plugin_install(
         if let Err(e) = started {
             sys::outs(&e);
             return 1;
+        }
+        if r.prefault {
+            prefault::init(prefault::default_budget());
         }
         register_rdx_callbacks(id);
         return 0;

@@ -98,6 +98,8 @@ impl NativeConfig {
             seed: 1,
             jitter: 0.5,
             adaptive: false,
+            // Natively the program's own mappings are not seen (no system call hook).
+            prefault: false,
         };
         let num = |k: &str, v: &str| -> Result<u64, String> {
             v.parse().map_err(|_| format!("{k}={v}: not a number"))
@@ -316,6 +318,7 @@ mod tests {
                 seed: 9,
                 jitter: 0.25,
                 adaptive: true,
+                prefault: false,
             }
         );
         assert_eq!(c.sampler, NativeSampler::PageFaults);

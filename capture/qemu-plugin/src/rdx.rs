@@ -155,7 +155,8 @@ impl Vcpu {
 static VCPUS: [Vcpu; MAX_THREADS] = [const { Vcpu::new() }; MAX_THREADS];
 
 /// How live RDX samples (plugin arguments `rdx=PERIOD,rdx_watch=W,rdx_seed=S,rdx_jitter=J`,
-/// and `rdx_adaptive=1` for the adaptive period, which starts at PERIOD).
+/// and `rdx_adaptive=1` for the adaptive period, which starts at PERIOD), and whether large
+/// new memory is touched first by a helper thread (`rdx_prefault=0|1`, see `prefault`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RdxArgs {
     pub period: u64,
@@ -163,6 +164,7 @@ pub struct RdxArgs {
     pub seed: u64,
     pub jitter: f64,
     pub adaptive: bool,
+    pub prefault: bool,
 }
 
 /// The adaptive period doubles after this many samples: a run of any length gets a few
@@ -1030,6 +1032,10 @@ fn wrap_up(st: &mut State) {
         }
     }
     st.log_maps();
+    let pages = crate::prefault::pages();
+    if pages > 0 {
+        st.log(format_args!("P {pages}\n"));
+    }
 }
 
 #[cfg(test)]

@@ -725,6 +725,10 @@ pub struct LiveRdxConfig {
     pub jitter: f64,
     pub watchpoints: usize,
     pub seed: u64,
+    /// Large new anonymous memory is touched first by a helper thread of the plugin, where
+    /// the kernel clears it without the vCPU threads' armed debug registers (see the
+    /// plugin's `prefault`).
+    pub prefault: bool,
 }
 
 /// How a live RDX run ended.
@@ -753,14 +757,15 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         return Err(CaptureError::CommaInPath(events));
     }
     let arg = format!(
-        "{},out={},rdx={},rdx_adaptive={},rdx_watch={},rdx_seed={},rdx_jitter={}",
+        "{},out={},rdx={},rdx_adaptive={},rdx_watch={},rdx_seed={},rdx_jitter={},rdx_prefault={}",
         plugin.display(),
         events.display(),
         cfg.period,
         u8::from(cfg.adaptive),
         cfg.watchpoints,
         cfg.seed,
-        cfg.jitter
+        cfg.jitter,
+        u8::from(cfg.prefault)
     );
     let command = qemu_command(&qemu, &arg, &program.path, &cfg.args);
     // Measured on a thread of its own while the program runs: its breakpoint's first
@@ -773,9 +778,23 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         return Err(CaptureError::PluginNotLoaded { plugin });
     }
     let strings = strings.join().ok().flatten();
+    // Pages the plugin's helper touched first were cleared without the registers.
+    let ahead = std::fs::read_to_string(&events).map_or(0, |t| prefaulted_pages(&t));
+    run.minor_faults = run.minor_faults.saturating_sub(ahead);
     run.notes
         .extend(strings.and_then(|s| page_clearing(&run, s)));
     Ok(run)
+}
+
+/// The pages the plugin's helper populated ahead of the program (its `P pages` events; the
+/// last one counts: an execve logs what came before it), 0 where none.
+fn prefaulted_pages(events: &str) -> u64 {
+    events
+        .lines()
+        .filter_map(|l| l.strip_prefix("P "))
+        .filter_map(|v| v.trim().parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -809,5 +828,14 @@ mod tests {
         // The same pages in a long run, or a CPU that keeps its fast strings: nothing.
         assert_eq!(page_clearing(&run(32768, 10.0), slowed), None);
         assert_eq!(page_clearing(&run(32768, 0.33), (29.0, 31.0)), None);
+    }
+
+    #[test]
+    fn pages_populated_ahead_are_read_from_the_events() {
+        assert_eq!(prefaulted_pages("H 4096 0.5 4 1 1\nS 0x1 0x2 3 0\n"), 0);
+        assert_eq!(
+            prefaulted_pages("H 4096 0.5 4 1 1\nP 32768\nE 9 0\nP 40000\n"),
+            40000
+        );
     }
 }
