@@ -98,10 +98,11 @@ pub struct ReuseArgs {
     #[arg(long, value_enum, default_value_t = LiveBackend::Auto)]
     backend: LiveBackend,
     /// Live runs under QEMU: leave the first touch of the program's large new memory to the
-    /// program. By default a helper thread touches it first (anonymous mappings of 1 MiB
-    /// and more, and the heap's growth), so that the kernel clears those pages away from the
-    /// armed debug registers, which slow that clearing about 20x on some CPUs; the program's
-    /// resident memory may then grow sooner than it would.
+    /// program. By default a helper thread touches it first, 16 MiB ahead of where the
+    /// program writes (anonymous mappings of 1 MiB and more, and the heap's growth), so that
+    /// the kernel clears those pages away from the armed debug registers, which slow that
+    /// clearing about 20x on some CPUs; the program's resident memory may then run up to a
+    /// window ahead of its use.
     #[arg(long)]
     no_prefault: bool,
     /// A program to measure live: one sample every PERIOD accesses (default adaptive, see

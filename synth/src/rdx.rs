@@ -1133,7 +1133,7 @@ pub fn reuse_live(
 /// The note for a live run whose large new memory a helper thread touched first.
 fn prefault_note(pages: u64) -> String {
     format!(
-        "live: {pages} pages ({:.0} MiB) of the program's new memory were touched first by a helper thread without debug registers, where the kernel clears them at full speed (an armed register slows that clearing about 20x on some CPUs), front to back as mapped: the program's accesses are the same, its resident memory may grow sooner; --no-prefault leaves them to the program",
+        "live: {pages} pages ({:.0} MiB) of the program's new memory were touched first by a helper thread without debug registers, where the kernel clears them at full speed (an armed register slows that clearing about 20x on some CPUs), a window of 16 MiB ahead of where the program writes: its accesses are the same, its resident memory may run up to a window ahead; --no-prefault leaves them to the program",
         pages as f64 * 4096.0 / 1048576.0
     )
 }
