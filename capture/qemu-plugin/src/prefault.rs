@@ -321,7 +321,7 @@ fn helper() {
             }
             reached = true;
             let end = r.hi.min(r.next.saturating_add(AHEAD));
-            // The next sentinel: the middle of this window, left for the program (none in
+            // The next sentinel: a quarter into this window, left for the program (none in
             // the range's last window).
             let mid = if end < r.hi {
                 r.next + (end - r.next) / 4 / PAGE * PAGE
