@@ -289,7 +289,10 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
             .notes
             .push(format!("interrupted by {}", signal_name(s)));
     }
+    // The helper's pages (under QEMU) were cleared without the registers.
+    let clearing = run.page_clearing_note(report.prefaulted_pages.unwrap_or(0));
     report.notes.extend(run.notes);
+    report.notes.extend(clearing);
     report.notes.push(match native {
         Some(NativeSampler::PageFaults) => format!(
             "measured natively in {:.2} s with the page-fault event as sampler and clock: a self-test of the native path, whose times are in page faults, not accesses (no trace written)",

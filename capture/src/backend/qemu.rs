@@ -500,8 +500,7 @@ pub fn rdx_native(cfg: &LiveRdxConfig, sampler: NativeSampler) -> Result<LiveRdx
     reserve_descriptors(&mut command);
     let mut run = run_live(command, &program.path, &events, &program.path, &cfg.args)?;
     run.notes.extend(kept_off);
-    run.notes
-        .extend(strings.and_then(|s| page_clearing(&run, s)));
+    run.string_cost = strings;
     let text = std::fs::read_to_string(&events).unwrap_or_default();
     if text.is_empty() {
         return Err(CaptureError::NativeRdxNotStarted {
@@ -563,21 +562,32 @@ fn keep_off_rep_strings(command: &mut Command, cost: (f64, f64)) -> Option<Strin
 
 /// The kernel clears each page a program touches first with a string instruction (`rep
 /// stosb` of 4 KiB), which `cost` (plain, armed) says an armed register slows: where the
-/// run's first touches could have cost more than 5% of it so, a note with the figure (an
-/// upper bound: registers are armed most of a run, not all of it). GUPS's 128 MiB table,
-/// 32768 pages, cost about 33 ms of a 0.33 s live run here.
-fn page_clearing(run: &LiveRdxRun, cost: (f64, f64)) -> Option<String> {
-    let extra_s = run.minor_faults as f64 * (cost.1 - cost.0).max(0.0) * 1e-9;
-    if extra_s < 0.05 * run.elapsed_s {
+/// `pages` a run of `elapsed_s` touched first could have cost more than 5% of it so, a note
+/// with the figure (an upper bound: registers are armed most of a run, not all of it).
+/// GUPS's 128 MiB table, 32768 pages, cost about 33 ms of a 0.33 s live run here.
+fn page_clearing(pages: u64, elapsed_s: f64, cost: (f64, f64)) -> Option<String> {
+    let extra_s = pages as f64 * (cost.1 - cost.0).max(0.0) * 1e-9;
+    if extra_s < 0.05 * elapsed_s {
         return None;
     }
     Some(format!(
-        "the run touched {} new pages ({:.0} MiB); the kernel clears each with a string instruction, {}: up to {extra_s:.2} s of its {:.2} s",
-        run.minor_faults,
-        run.minor_faults as f64 * 4096.0 / 1048576.0,
+        "the run touched {pages} new pages ({:.0} MiB); the kernel clears each with a string instruction, {}: up to {extra_s:.2} s of its {elapsed_s:.2} s",
+        pages as f64 * 4096.0 / 1048576.0,
         slowed_strings(cost)?,
-        run.elapsed_s
     ))
+}
+
+impl LiveRdxRun {
+    /// The note on the kernel's clearing of the pages the program touched first, where an
+    /// armed register slows it (see [`page_clearing`]): `ahead` pages (the report's
+    /// `prefaulted_pages`) were touched first by the plugin's helper, without registers.
+    pub fn page_clearing_note(&self, ahead: u64) -> Option<String> {
+        page_clearing(
+            self.minor_faults.saturating_sub(ahead),
+            self.elapsed_s,
+            self.string_cost?,
+        )
+    }
 }
 
 /// Runs a live RDX `command` (started as `what`) to its end with `events` emptied first,
@@ -611,6 +621,7 @@ fn run_live(
         interrupted,
         elapsed_s: start.elapsed().as_secs_f64(),
         minor_faults: children_minor_faults().saturating_sub(faults),
+        string_cost: None,
         notes: Vec::new(),
     })
 }
@@ -740,6 +751,9 @@ pub struct LiveRdxRun {
     pub elapsed_s: f64,
     /// Minor page faults of the run (its first touches of pages, mostly).
     pub minor_faults: u64,
+    /// A 4 KiB `rep stosb` on this CPU, ns without and with a watchpoint armed, where
+    /// measured (for [`LiveRdxRun::page_clearing_note`]).
+    pub string_cost: Option<(f64, f64)>,
     /// What the report should say about how the program was run.
     pub notes: Vec<String>,
 }
@@ -777,37 +791,22 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
     if empty && matches!(run.exit, ProgramExit::Code(_)) {
         return Err(CaptureError::PluginNotLoaded { plugin });
     }
-    let strings = strings.join().ok().flatten();
-    // Pages the plugin's helper touched first were cleared without the registers.
-    let ahead = std::fs::read_to_string(&events).map_or(0, |t| prefaulted_pages(&t));
-    run.minor_faults = run.minor_faults.saturating_sub(ahead);
-    run.notes
-        .extend(strings.and_then(|s| page_clearing(&run, s)));
+    run.string_cost = strings.join().ok().flatten();
     Ok(run)
-}
-
-/// The pages the plugin's helper populated ahead of the program (its `P pages` events; the
-/// last one counts: an execve logs what came before it), 0 where none.
-fn prefaulted_pages(events: &str) -> u64 {
-    events
-        .lines()
-        .filter_map(|l| l.strip_prefix("P "))
-        .filter_map(|v| v.trim().parse::<u64>().ok())
-        .max()
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn run(minor_faults: u64, elapsed_s: f64) -> LiveRdxRun {
+    fn run(minor_faults: u64, elapsed_s: f64, string_cost: (f64, f64)) -> LiveRdxRun {
         LiveRdxRun {
             command: "gups".into(),
             exit: ProgramExit::Code(0),
             interrupted: None,
             elapsed_s,
             minor_faults,
+            string_cost: Some(string_cost),
             notes: Vec::new(),
         }
     }
@@ -818,7 +817,9 @@ mod tests {
     fn page_clearing_is_noted_where_it_could_weigh() {
         // GUPS's table under live RDX here: 32768 pages, 0.33 s.
         let slowed = (29.0, 974.0);
-        let note = page_clearing(&run(32768, 0.33), slowed).expect("a note");
+        let note = run(32768, 0.33, slowed)
+            .page_clearing_note(0)
+            .expect("a note");
         assert!(
             note.contains("32768 new pages (128 MiB)")
                 && note.contains("34x slower")
@@ -826,16 +827,11 @@ mod tests {
             "{note}"
         );
         // The same pages in a long run, or a CPU that keeps its fast strings: nothing.
-        assert_eq!(page_clearing(&run(32768, 10.0), slowed), None);
-        assert_eq!(page_clearing(&run(32768, 0.33), (29.0, 31.0)), None);
-    }
-
-    #[test]
-    fn pages_populated_ahead_are_read_from_the_events() {
-        assert_eq!(prefaulted_pages("H 4096 0.5 4 1 1\nS 0x1 0x2 3 0\n"), 0);
-        assert_eq!(
-            prefaulted_pages("H 4096 0.5 4 1 1\nP 32768\nE 9 0\nP 40000\n"),
-            40000
-        );
+        assert_eq!(run(32768, 10.0, slowed).page_clearing_note(0), None);
+        assert_eq!(run(32768, 0.33, (29.0, 31.0)).page_clearing_note(0), None);
+        // Pages the plugin's helper touched first are not the program's to pay for.
+        let half = run(32768, 0.2, slowed).page_clearing_note(16384);
+        assert!(half.is_some_and(|n| n.contains("16384 new pages (64 MiB)")));
+        assert_eq!(run(32768, 0.33, slowed).page_clearing_note(32768), None);
     }
 }
