@@ -394,10 +394,9 @@ fn qemu_is_7_2() -> bool {
 }
 
 fn version_7_2_in(exe: &[u8]) -> bool {
-    const BANNER: &[u8] = b" version 7.2.";
-    // The first two bytes before the whole: a few ms less over QEMU's 2.5 MB.
-    exe.windows(BANNER.len())
-        .any(|w| w[..2] == BANNER[..2] && w == BANNER)
+    // A vectorised search: Debian's QEMU 7.2 has its banner 1.8 MB into its 2.5 MB, which a
+    // window-by-window comparison took 1.6-2.4 ms to reach, on every run's start.
+    memchr::memmem::find(exe, b" version 7.2.").is_some()
 }
 
 impl KeyedTranslations {
