@@ -767,6 +767,11 @@ pub struct SourceLocation {
     /// subroutines): that function, the innermost, whose source `file` and `line` are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inlined: Option<String>,
+    /// The instruction's link-time address in `object` (what `addr2line -e` and `objdump`
+    /// take; the same from run to run), where the file could be read. Not serialized: it
+    /// only places unnamed code in [`SourceLocation::describe_instruction`].
+    #[serde(skip)]
+    pub link_addr: Option<u64>,
 }
 
 impl SourceLocation {
@@ -777,6 +782,18 @@ impl SourceLocation {
             (Some(f), _) => f.clone(),
             (None, Some(o)) => format!("?? [{}]", short_path(o)),
             (None, None) => "??".into(),
+        }
+    }
+
+    /// [`SourceLocation::describe`] for one instruction: where neither its function nor its
+    /// source line is known (a stripped library), its place in its file instead of the file
+    /// alone, "?? [liblzma.so.5.4.1+0x7b96]", which `objdump -d` or `addr2line -e` (once
+    /// symbols are installed) take. `describe` stays one string for all of a file's unnamed
+    /// code, for listings that group by it.
+    pub fn describe_instruction(&self) -> String {
+        match (&self.function, &self.file, &self.object, self.link_addr) {
+            (None, None, Some(o), Some(a)) => format!("?? [{}+{a:#x}]", short_path(o)),
+            _ => self.describe(),
         }
     }
 
@@ -991,6 +1008,7 @@ impl Symbolizer {
         let Some((obj, elf_addr)) = self.object_at(ip) else {
             return loc;
         };
+        loc.link_addr = Some(elf_addr);
         loc.function = obj.loader.find_symbol(elf_addr).map(demangle);
         // DWARF's frames at the address, innermost first: its source line is the innermost
         // frame's (the line table's), and more than one frame is inlined code.
@@ -1362,6 +1380,24 @@ mod tests {
         );
         assert_eq!(loc(None, lib).function_or_object(), "?? [libbz2.so.1.0.4]");
         assert_eq!(loc(None, None).function_or_object(), "??");
+        // One instruction: its place in the file, where nothing names it.
+        let at = |mut l: SourceLocation| {
+            l.link_addr = Some(0x7b96);
+            l.describe_instruction()
+        };
+        assert_eq!(at(loc(None, lib)), "?? [libbz2.so.1.0.4+0x7b96]");
+        assert_eq!(
+            loc(None, lib).describe_instruction(),
+            "?? [libbz2.so.1.0.4]"
+        );
+        assert_eq!(
+            at(loc(Some("BZ2_blockSort"), lib)),
+            "BZ2_blockSort [libbz2.so.1.0.4]"
+        );
+        let mut lined = loc(None, lib);
+        (lined.file, lined.line) = (Some("/src/bz/blocksort.c".into()), Some(7));
+        assert_eq!(at(lined), "?? (blocksort.c:7)");
+        assert_eq!(at(loc(None, None)), "??");
     }
 
     #[test]
@@ -1498,6 +1534,7 @@ mod tests {
         let loc = sym.resolve(0x7000_0100);
         assert_eq!(loc.object, Some(exe.display().to_string()));
         assert_eq!(sym.link_address(0x7000_0100), Some(0x100));
+        assert_eq!(loc.link_addr, Some(0x100));
     }
 
     #[test]

@@ -399,7 +399,7 @@ fn info(file: &Path, format: InfoFormat, top: usize) -> Result<i32> {
                     t.ip,
                     t.loads,
                     t.stores,
-                    t.source.describe()
+                    t.source.describe_instruction()
                 )?;
             }
         }

@@ -156,7 +156,7 @@ fn explain(report: &SynthReport, out: &mut impl Write) -> std::io::Result<()> {
             c.kind.as_str(),
             c.flagged_windows,
             c.instances,
-            c.source.describe()
+            c.source.describe_instruction()
         )?;
     }
     Ok(())

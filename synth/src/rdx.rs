@@ -805,9 +805,9 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
             .into_iter()
             .map(|((u, r), st)| InstructionPair {
                 use_ip: format!("{u:#x}"),
-                use_source: sym.resolve(u).describe(),
+                use_source: sym.resolve(u).describe_instruction(),
                 reuse_ip: r.map(|r| format!("{r:#x}")),
-                reuse_source: r.map(|r| sym.resolve(r).describe()),
+                reuse_source: r.map(|r| sym.resolve(r).describe_instruction()),
                 traps: st.traps,
                 weight: st.weight,
                 mean_time: r.map(|_| st.time_sum / st.weight.max(1e-300)),
@@ -1086,7 +1086,7 @@ pub fn reuse_live(
             .zip(sources)
             .map(|(((u, reused), st), source)| InstructionPair {
                 use_ip: format!("{u:#x}"),
-                use_source: source.describe(),
+                use_source: source.describe_instruction(),
                 reuse_ip: None,
                 reuse_source: None,
                 traps: st.traps,

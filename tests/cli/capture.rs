@@ -1915,6 +1915,44 @@ fn a_stripped_program_is_symbolized_from_its_debug_file() {
         "{}",
         stderr(&o)
     );
+    // Its instructions are then placed in the file, at the addresses the unstripped copy's
+    // symbol table gives gather_sum (a position-independent executable: its link-time
+    // addresses, not the ones it ran at).
+    let o = mgbench(
+        &[
+            "capture", "--full", "-o", "u.mgbt", "./gather", "--n=512", "--reps=2",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mgbench(&["trace", "info", "u.mgbt"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let placed: Vec<u64> = stdout(&o)
+        .lines()
+        .filter_map(|l| l.split_once("?? [gather+0x"))
+        .map(|(_, at)| u64::from_str_radix(at.trim_end_matches(']'), 16).unwrap())
+        .collect();
+    let nm = Command::new("nm")
+        .arg("-S")
+        .arg(app("gather"))
+        .output()
+        .unwrap();
+    assert!(nm.status.success(), "{}", stderr(&nm));
+    let (start, size) = stdout(&nm)
+        .lines()
+        .find_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [a, n, _, "gather_sum"] => Some((
+                u64::from_str_radix(a, 16).unwrap(),
+                u64::from_str_radix(n, 16).unwrap(),
+            )),
+            _ => None,
+        })
+        .expect("nm lists gather_sum");
+    assert!(
+        placed.iter().any(|&a| a >= start && a < start + size),
+        "none of {placed:x?} in gather_sum at {start:#x}+{size:#x}:\n{}",
+        stdout(&o)
+    );
 }
 
 fn write_exe(path: &Path, contents: &[u8]) {
