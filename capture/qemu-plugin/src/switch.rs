@@ -99,8 +99,34 @@ const MAX_POLL: Duration = Duration::from_millis(2);
 /// Shortest: the poller then takes at most a few percent of a core.
 const MIN_POLL: Duration = Duration::from_micros(20);
 
-/// The poller, woken when a thread starts counting.
+/// The poller, woken when a thread starts counting and it would not look soon by itself.
 static POLLER: OnceLock<std::thread::Thread> = OnceLock::new();
+/// When the poller looks next by itself, in nanoseconds from [`epoch`].
+static POLLER_WAKES: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The time base of [`POLLER_WAKES`].
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn nanos_since_epoch(t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Wakes the poller for a thread that starts counting, unless it looks within [`POLL`]
+/// anyway (its first look at a new trigger waits at least POLL for the next, so waking it
+/// sooner saw nothing new). Waking a thread asleep on another core sends that core an
+/// interrupt, which costs the waker dearly in a VM: on this project's 2-core AMD VM the
+/// wake at every switch to counting was the largest part of what a live sample cost.
+fn wake_poller() {
+    if POLLER_WAKES.load(Ordering::Acquire) <= nanos_since_epoch(Instant::now() + POLL) {
+        return;
+    }
+    if let Some(p) = POLLER.get() {
+        p.unpark();
+    }
+}
 
 /// How long the poller may sleep before it looks again at a thread `left` accesses from its
 /// trigger, which counted at `pace` accesses a second since the last look (`None`: it has not
@@ -361,7 +387,10 @@ fn poller() {
     let mut last = [(0u64, 0u64, Instant::now(), Duration::ZERO); COUNTERS];
     let mut sleep = MAX_POLL;
     loop {
+        POLLER_WAKES.store(nanos_since_epoch(Instant::now() + sleep), Ordering::Release);
         std::thread::park_timeout(sleep);
+        // Looking now: a thread that starts counting wakes it again (see `wake_poller`).
+        POLLER_WAKES.store(u64::MAX, Ordering::Release);
         if !enabled() {
             return;
         }
@@ -671,9 +700,7 @@ pub fn on_reset(c: usize, credit: impl FnOnce(u32, u64) -> u64) {
     }
     finish(c, to);
     if to == Mode::Count {
-        if let Some(p) = POLLER.get() {
-            p.unpark();
-        }
+        wake_poller();
     }
 }
 
