@@ -23,11 +23,8 @@ const CLOSED: c_int = -2;
 /// How long a user waits for a reopening before it gives up.
 const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// x86-64 system call numbers of the calls that close or replace a descriptor.
-const CLOSE: i64 = 3;
-const DUP2: i64 = 33;
-const DUP3: i64 = 292;
-const CLOSE_RANGE: i64 = 436;
+// The calls that close or replace a descriptor.
+use crate::nr::{CLOSE, CLOSE_RANGE, DUP2, DUP3};
 /// `close_range` flag: mark close-on-exec instead of closing (ours are already).
 const CLOSE_RANGE_CLOEXEC: u64 = 4;
 

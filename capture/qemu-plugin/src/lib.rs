@@ -28,6 +28,7 @@
 mod fds;
 mod fixed;
 mod native;
+mod nr;
 mod pieces;
 mod prefault;
 mod rdx;
@@ -1364,9 +1365,8 @@ extern "C" fn rdx_vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
 }
 
 extern "C" fn rdx_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
-    // x86-64 rt_sigaction: QEMU may have replaced the host's SIGTRAP handler.
-    const RT_SIGACTION: i64 = 13;
-    if num == RT_SIGACTION {
+    // rt_sigaction: QEMU may have replaced the host's SIGTRAP handler.
+    if num == nr::RT_SIGACTION {
         sys::keep_trap_hook_in_front();
     }
     fds::after_syscall(vcpu, num, ret);
@@ -1391,12 +1391,10 @@ extern "C" fn rdx_at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
 /// The path an `execve` or `execveat` system call (`num`, first arguments `a1`, `a2`) runs,
 /// read without trusting the guest's pointer; `None` for other calls.
 fn exec_path(num: i64, a1: u64, a2: u64) -> Option<Vec<u8>> {
-    // x86-64 system call numbers: execve(path, ...), execveat(dirfd, path, ...).
-    const EXECVE: i64 = 59;
-    const EXECVEAT: i64 = 322;
+    // execve(path, ...), execveat(dirfd, path, ...).
     let path = match num {
-        EXECVE => a1,
-        EXECVEAT => a2,
+        nr::EXECVE => a1,
+        nr::EXECVEAT => a2,
         _ => return None,
     };
     let mut buf = vec![0u8; spill::EXEC_PATH_BYTES];
@@ -1483,25 +1481,18 @@ fn note_mappings(p: &Plugin, vaddr: u64) {
 extern "C" fn syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
     fds::after_syscall(vcpu, num, ret);
     clone_returned(num, ret);
-    // x86-64 system call numbers.
-    const MMAP: i64 = 9;
-    const BRK: i64 = 12;
-    const MREMAP: i64 = 25;
     // mmap and mremap return the start (or -errno); brk returns the new end.
     let addr = match num {
-        MMAP | MREMAP if ret > 0 => ret as u64,
-        BRK if ret > 0 => ret as u64 - 1,
+        nr::MMAP | nr::MREMAP if ret > 0 => ret as u64,
+        nr::BRK if ret > 0 => ret as u64 - 1,
         _ => return,
     };
     note_mappings(plugin(), addr);
 }
 
-/// x86-64 system call numbers of the calls that create threads (and processes).
-const CLONE: i64 = 56;
-const CLONE3: i64 = 435;
-/// ... and of the calls that only create processes.
-const FORK: i64 = 57;
-const VFORK: i64 = 58;
+// The calls that create threads (and processes): `CLONE`, `CLONE3`; and those that only
+// create processes: `FORK`, `VFORK`.
+use nr::{CLONE, CLONE3, FORK, VFORK};
 
 /// Child processes the program started (fork, vfork, clone without a shared address space).
 /// QEMU runs each in a copy of itself and of the plugin, which records nothing there: the
@@ -1598,8 +1589,8 @@ fn children_note() -> Option<String> {
     })
 }
 
-/// x86-64 `exit`: one thread's end (`exit_group` ends them all, with no vCPU removed).
-const EXIT: i64 = 60;
+// `exit`: one thread's end (`exit_group` ends them all, with no vCPU removed).
+use nr::EXIT;
 
 /// A `clone` or `clone3` returned in the calling thread (the new thread, or a forked
 /// process, sees 0).

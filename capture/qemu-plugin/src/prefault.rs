@@ -28,13 +28,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
-/// x86-64 system call numbers.
-const MMAP: i64 = 9;
-const MPROTECT: i64 = 10;
-const MUNMAP: i64 = 11;
-const BRK: i64 = 12;
-const MREMAP: i64 = 25;
-const MADVISE: i64 = 28;
+use crate::nr::{BRK, MADVISE, MMAP, MPROTECT, MREMAP, MUNMAP};
 
 /// A new mapping smaller than this is left to the program (glibc's small allocations come
 /// from its heap, whose growth is taken whatever its size).

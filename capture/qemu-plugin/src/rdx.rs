@@ -957,9 +957,7 @@ pub fn before_syscall(vcpu: u32, lo: u64, hi: u64) {
 /// thread the guest's mask, perhaps with SIGTRAP blocked: the thread's next access unblocks
 /// it again (in callbacks; counting inline, at the next sample).
 pub fn syscall_returned(vcpu: u32, num: i64) {
-    const RT_SIGPROCMASK: i64 = 14;
-    const RT_SIGRETURN: i64 = 15;
-    const RT_SIGSUSPEND: i64 = 130;
+    use crate::nr::{RT_SIGPROCMASK, RT_SIGRETURN, RT_SIGSUSPEND};
     if !matches!(num, RT_SIGPROCMASK | RT_SIGRETURN | RT_SIGSUSPEND) || switch::counting(vcpu) {
         return;
     }
