@@ -332,12 +332,12 @@ fn describe_compression(c: &Compression, cap: usize) -> String {
     }
 }
 
-/// Where an instruction without a name lies: "libfoo.so+0x1a08ef" (its file and its address
-/// there, which `addr2line -e` and `objdump` take and which stay the same from run to run),
-/// or its run-time address where no file holds it.
-fn place_in_file(sym: &mut Symbolizer, source: &SourceLocation, ip: u64) -> String {
+/// Where instruction `ip` (resolved as `source`) lies when nothing names it: "libfoo.so+0x1a08ef"
+/// (its file and its address there, which `addr2line -e` and `objdump` take and which stay
+/// the same from run to run), or its run-time address where no file holds it.
+fn place_in_file(source: &SourceLocation, ip: u64) -> String {
     let file = source.object.as_deref().map(short_path);
-    match (file, sym.link_address(ip)) {
+    match (file, source.link_addr) {
         (Some(f), Some(off)) => format!("{f}+{off:#x}"),
         _ => format!("{ip:#x}"),
     }
@@ -475,7 +475,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             unnamed_in_top.1.get_or_insert_with(|| {
                 format!(
                     "{} ({} {}, {} flagged windows, {} instances)",
-                    place_in_file(&mut sym, &c.source, st.ip),
+                    place_in_file(&c.source, st.ip),
                     c.ip,
                     c.kind.as_str(),
                     c.flagged_windows,
@@ -586,11 +586,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             (Some(f), Some(l)) => format!("{f}:{l}-{}", c.kind.as_str()),
             (Some(f), None) => format!("{f}-{}", c.kind.as_str()),
             // No name: where it is in its file, the same from run to run.
-            _ => format!(
-                "{}-{}",
-                place_in_file(&mut sym, &c.source, st.ip),
-                c.kind.as_str()
-            ),
+            _ => format!("{}-{}", place_in_file(&c.source, st.ip), c.kind.as_str()),
         };
         let n = names.entry(base.clone()).or_insert(0);
         *n += 1;

@@ -1953,6 +1953,25 @@ fn a_stripped_program_is_symbolized_from_its_debug_file() {
         "none of {placed:x?} in gather_sum at {start:#x}+{size:#x}:\n{}",
         stdout(&o)
     );
+    // synth names its pattern by the same place.
+    let o = mgbench(
+        &["synth", "u.mgbt", "--keep-unsymbolized", "-o", "u.json"],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let patterns: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("u.json")).unwrap()).unwrap();
+    let named: Vec<u64> = patterns
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str()?.strip_prefix("gather+0x"))
+        .filter_map(|n| u64::from_str_radix(n.split('-').next()?, 16).ok())
+        .collect();
+    assert!(
+        named.iter().any(|&a| a >= start && a < start + size),
+        "no pattern named in gather_sum at {start:#x}+{size:#x}: {patterns}"
+    );
 }
 
 fn write_exe(path: &Path, contents: &[u8]) {
