@@ -388,14 +388,16 @@ fn live_run_on(
     period: Option<&str>,
     args: &[&str],
 ) -> (std::process::Output, serde_json::Value) {
-    live_run_with(dir, backend, period, args, &[])
+    live_run_with(dir, backend, period, &[], args, &[])
 }
 
-/// As [`live_run_on`], with `env` added to mgbench's environment (and so the program's).
+/// As [`live_run_on`], with `flags` added to mgbench's and `env` to its environment (and so
+/// the program's).
 fn live_run_with(
     dir: &Path,
     backend: &str,
     period: Option<&str>,
+    flags: &[&str],
     args: &[&str],
     env: &[(&str, &str)],
 ) -> (std::process::Output, serde_json::Value) {
@@ -403,6 +405,7 @@ fn live_run_with(
     if let Some(p) = period {
         a.extend(["--period", p]);
     }
+    a.extend(flags);
     a.extend(["-o", "live.json", "--"]);
     a.extend(args);
     let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
@@ -411,7 +414,11 @@ fn live_run_with(
         .current_dir(dir)
         .output()
         .expect("run mgbench");
-    assert!(o.status.success(), "{args:?} {env:?}: {}", stderr(&o));
+    assert!(
+        o.status.success(),
+        "{flags:?} {args:?} {env:?}: {}",
+        stderr(&o)
+    );
     let v = serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
     (o, v)
 }
@@ -862,17 +869,7 @@ fn live_rdx_touches_large_new_memory_first_and_never_memory_given_another_use() 
     build_c(&dir, "remapper", REMAPPER, &["-O1", "-g"]);
     let mut accesses = Vec::new();
     for flags in [&[][..], &["--no-prefault"][..]] {
-        let mut a = vec!["reuse", "--quiet", "--backend", "qemu", "-o", "live.json"];
-        a.extend(flags);
-        a.extend(["--", "./remapper"]);
-        let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
-            .args(&a)
-            .current_dir(&dir)
-            .output()
-            .expect("run mgbench");
-        assert!(o.status.success(), "{flags:?}: {}", stderr(&o));
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
+        let (o, v) = live_run_with(&dir, "qemu", None, flags, &["./remapper"], &[]);
         // The program's own answers: its 64 MiB summed, and the shared file not written to
         // where its range had been anonymous memory a moment before.
         let want_sum: i64 = (0..(64i64 << 20) / 8).step_by(512).sum();
@@ -1239,7 +1236,7 @@ fn native_live_rdx_keeps_glibc_off_string_instructions_an_armed_register_slows()
         None
     };
     let tunables = |env: &[(&str, &str)]| {
-        let (o, v) = live_run_with(&dir, "page-faults", None, &["/usr/bin/env"], env);
+        let (o, v) = live_run_with(&dir, "page-faults", None, &[], &["/usr/bin/env"], env);
         let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
         let seen = stdout
             .lines()
@@ -1466,7 +1463,7 @@ fn live_rdx_on_a_program_with_much_code_says_what_its_samples_cost() {
     let live = |switch: &str| {
         let gzip = ["gzip", "-6", "-c", "t.txt"];
         let env = [("MGBENCH_QEMU_SWITCH", switch)];
-        let (_, v) = live_run_with(&dir, "qemu", Some("1048576"), &gzip, &env);
+        let (_, v) = live_run_with(&dir, "qemu", Some("1048576"), &[], &gzip, &env);
         let samples = v["words"]["samples"].as_u64().unwrap();
         assert!(samples > 100, "{switch}: {}", v["words"]);
         v
