@@ -214,10 +214,19 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
             "windows taken by time: the accesses between them are not counted".to_string()
         }
     };
+    // A sampled run's short-lived thread may run in no window: "in 2 thread(s)" beside the
+    // one that `trace info` and the analyses count read as a contradiction.
+    let threads = if report.threads_recorded < report.threads {
+        format!(
+            "from {} of {} thread(s)",
+            report.threads_recorded, report.threads
+        )
+    } else {
+        format!("in {} thread(s)", report.threads)
+    };
     eprintln!(
-        "mgbench: {} accesses recorded ({skipped}) in {} thread(s) in {:.2} s -> {} ({} bytes{per})",
+        "mgbench: {} accesses recorded ({skipped}) {threads} in {:.2} s -> {} ({} bytes{per})",
         report.recorded,
-        report.threads,
         report.elapsed_s,
         report.trace.display(),
         report.trace_bytes,

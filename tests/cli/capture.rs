@@ -636,7 +636,9 @@ fn threads_that_exit_while_others_start_keep_their_counts() {
         assert!(!stderr(&o).contains("guest_user_syscall"), "{}", stderr(&o));
         // Threads are not child processes.
         assert!(!stderr(&o).contains("child process"), "{}", stderr(&o));
-        read_trace(&dir.join(out))
+        let t = read_trace(&dir.join(out));
+        assert_thread_summary(&stderr(&o), &t, 25);
+        t
     };
     let full = capture(&["--full"], "full.mgbt");
     assert_eq!(streams(&full).len(), 25, "main and 24 workers");
@@ -650,6 +652,42 @@ fn threads_that_exit_while_others_start_keep_their_counts() {
         assert_eq!(in_place, switches, "{:?}", sampled.notes);
         eprintln!("churn: {switches} switches, windows {windows:?}");
     }
+    // Short workers at a long period: most run in no window, and the summary says how many
+    // of the threads that ran the trace holds.
+    let prog = app("churn");
+    let o = mgbench(
+        &[
+            "capture",
+            "--backend",
+            "qemu",
+            "--sample-window",
+            "1024",
+            "--sample-period",
+            "263168",
+            "-o",
+            "few.mgbt",
+            &prog,
+            "--threads=4",
+            "--reps=20",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = read_trace(&dir.join("few.mgbt"));
+    assert!(streams(&t).len() < 5, "{}", stderr(&o));
+    assert_thread_summary(&stderr(&o), &t, 5);
+}
+
+/// The capture summary names the threads that ran and, where some ran in no sample window,
+/// how many of them the trace holds (as `trace info` and the analyses count them).
+fn assert_thread_summary(stderr: &str, t: &Trace, ran: usize) {
+    let held = streams(t).len();
+    let said = if held < ran {
+        format!("from {held} of {ran} thread(s)")
+    } else {
+        format!("in {ran} thread(s)")
+    };
+    assert!(stderr.contains(&said), "{said}: {stderr}");
 }
 
 /// The switches of a sampled capture and how many of them were made in place, from the

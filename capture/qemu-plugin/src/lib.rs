@@ -1903,6 +1903,7 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     let mut recorded = 0u64;
     let mut skipped = 0u64;
     let mut threads = 0u64;
+    let mut threads_recorded = 0u64;
     for (vcpu, n) in switch::take_credits() {
         // SAFETY: atexit runs with every vCPU stopped.
         unsafe { credit_skips(vcpu, n) };
@@ -1921,6 +1922,7 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
         recorded += v.recorded_total;
         skipped += v.skipped_total;
         threads += 1;
+        threads_recorded += u64::from(v.recorded_total > 0);
     }
     if switch::resets() > 0 {
         let _ = p.tx.send(Msg::Note(format!(
@@ -1967,6 +1969,7 @@ extern "C" fn at_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
             "recorded": recorded,
             "skipped": skipped,
             "threads": threads,
+            "threads_recorded": threads_recorded,
             "children": children(),
             "chunks": report.chunks,
             "resets": switch::resets(),

@@ -130,7 +130,11 @@ pub struct CaptureReport {
     pub exit: ProgramExit,
     pub recorded: u64,
     pub skipped: u64,
+    /// The program's threads that ran under the backend ...
     pub threads: u64,
+    /// ... and those of them with accesses in the trace (fewer where a sampled run's thread
+    /// ran in no window).
+    pub threads_recorded: u64,
     pub trace_bytes: u64,
     /// mgbench received Ctrl-C/SIGTERM while the program ran.
     pub interrupted: Option<i32>,

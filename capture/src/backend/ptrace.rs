@@ -1428,6 +1428,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         recorded: summary.accesses,
         skipped: 0,
         threads,
+        threads_recorded: summary.threads as u64,
         trace_bytes,
         interrupted,
         elapsed_s,

@@ -348,7 +348,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         ..EndInfo::default()
     };
     let mut notes = roi.notes;
-    let (recorded, skipped, threads) = match read_status(&status) {
+    let (recorded, skipped, threads, threads_recorded) = match read_status(&status) {
         Some(s) => {
             end.errors = s.errors.clone();
             warnings.extend(s.errors);
@@ -365,7 +365,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                     false,
                 ));
             }
-            (s.recorded, s.skipped, s.threads)
+            let with = s.threads_recorded.unwrap_or(s.threads);
+            (s.recorded, s.skipped, s.threads, with)
         }
         None => {
             let len = std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0);
@@ -423,7 +424,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                 ));
             }
             end.errors.push(format!("capture ended abnormally: {why}"));
-            (rec, skip, threads)
+            // Only the threads with recorded accesses are known here.
+            (rec, skip, threads, threads)
         }
     };
     let _ = std::fs::remove_file(&status);
@@ -450,6 +452,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         recorded,
         skipped,
         threads,
+        threads_recorded,
         trace_bytes,
         interrupted,
         elapsed_s,
@@ -660,6 +663,10 @@ struct PluginStatus {
     recorded: u64,
     skipped: u64,
     threads: u64,
+    /// The threads with accesses in the trace (in sampled mode a short-lived one may have run
+    /// in no window); absent from older plugins.
+    #[serde(default)]
+    threads_recorded: Option<u64>,
     /// Child processes the program started (their accesses are not in the trace).
     #[serde(default)]
     children: u64,
