@@ -30,8 +30,9 @@ pub struct Damage {
 pub enum ReadError {
     #[error("cannot read trace: {0}")]
     Io(io::Error),
-    #[error("not an mgbench trace (bad magic): expected a file written by `mgbench capture` or `mgbench import`")]
-    NotATrace,
+    /// The file does not start with the trace magic; what it seems to be instead.
+    #[error("not an mgbench trace ({0}): expected a file written by `mgbench capture` or `mgbench import`")]
+    NotATrace(&'static str),
     #[error(
         "trace format version {found} is not supported (this mgbench reads versions {MIN_VERSION} to {VERSION}): read it with the mgbench that wrote it, or a newer one"
     )]
@@ -99,13 +100,33 @@ pub struct TraceReader<R: Read> {
     raw: RawFrame,
 }
 
+/// What a file that is not a trace seems to be, from its first bytes: the files users give
+/// a trace command by mistake (a report, a program, a compressed foreign trace).
+fn what_it_is(head: &[u8]) -> &'static str {
+    let text = head.iter().position(|b| !b.is_ascii_whitespace());
+    match head {
+        [] => "the file is empty: nothing was written to it",
+        [0x7f, b'E', b'L', b'F', ..] => {
+            "it is an ELF program: record one with `mgbench capture -- PROGRAM`"
+        }
+        [0x1f, 0x8b, ..] => {
+            "it is gzip-compressed: a trace of another tool goes through `mgbench import`"
+        }
+        [b'#', b'!', ..] => "it is a script: record a program with `mgbench capture -- PROGRAM`",
+        _ if text.is_some_and(|i| matches!(head[i], b'{' | b'[')) => {
+            "it looks like JSON: a report, results or pattern file, which `mgbench report` reads"
+        }
+        _ => "bad magic",
+    }
+}
+
 impl<R: Read> TraceReader<R> {
     /// Reads and checks the header.
     pub fn open(mut input: R) -> Result<TraceReader<R>, ReadError> {
         let mut head = [0u8; 20];
         let n = read_full(&mut input, &mut head).map_err(ReadError::Io)?;
         if n < 8 || &head[..8] != MAGIC {
-            return Err(ReadError::NotATrace);
+            return Err(ReadError::NotATrace(what_it_is(&head[..n])));
         }
         if n < 20 {
             return Err(ReadError::Header(format!("file ends after {n} bytes")));

@@ -95,14 +95,19 @@ fn corruption_stops_at_the_damaged_frame() {
 
 #[test]
 fn bad_headers_are_clear_errors() {
-    assert!(matches!(
-        TraceReader::open(&b"hello world, not a trace"[..]),
-        Err(ReadError::NotATrace)
-    ));
-    assert!(matches!(
-        TraceReader::open(&b""[..]),
-        Err(ReadError::NotATrace)
-    ));
+    // Each says what the file seems to be instead: the files given by mistake.
+    let said = |bytes: &[u8]| match TraceReader::open(bytes) {
+        Err(e @ ReadError::NotATrace(_)) => e.to_string(),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("read as a trace"),
+    };
+    assert!(said(b"hello world, not a trace").contains("(bad magic)"));
+    assert!(said(b"").contains("the file is empty"));
+    assert!(said(b"\n  {\"trace\": \"x.mgbt\"}").contains("looks like JSON"));
+    assert!(said(b"[{\"kernel\": \"Gather\"}]").contains("looks like JSON"));
+    assert!(said(b"\x7fELF\x02\x01\x01\0\0\0\0\0").contains("ELF program"));
+    assert!(said(b"\x1f\x8b\x08\0\0\0\0\0").contains("gzip"));
+    assert!(said(b"#!/bin/sh\nexec true\n").contains("script"));
     let (mut bytes, _) = sample_trace();
     bytes[8] = 99;
     assert!(matches!(
