@@ -654,10 +654,16 @@ fn retranslation(blocks: u64, samples: u64) -> Option<String> {
 /// The note of a live run whose period adapted: what it did and what it cost.
 fn adaptive_note(a: &AdaptivePeriod, samples: u64, effective: Option<f64>) -> String {
     let blocks = match a.retranslated_blocks {
-        Some(b) if samples > 0 => format!(
-            "; QEMU translated {b} blocks again, about {:.0} per sample",
-            b as f64 / samples as f64
-        ),
+        Some(b) if samples > 0 => {
+            // "about 0 per sample" beside 80 blocks read as a contradiction.
+            let per = b as f64 / samples as f64;
+            let per = if per >= 1.0 || b == 0 {
+                format!("{per:.0}")
+            } else {
+                format!("{per:.2}")
+            };
+            format!("; QEMU translated {b} blocks again, about {per} per sample")
+        }
         _ => String::new(),
     };
     let thin = if effective.is_some_and(|e| e < STEADY_EFFECTIVE) {
@@ -1141,6 +1147,21 @@ fn prefault_note(pages: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_adaptive_note_gives_blocks_per_sample_to_two_places_under_one() {
+        let note = |blocks: u64, samples: u64| {
+            let a = AdaptivePeriod {
+                min: 4096,
+                max: 1 << 22,
+                retranslated_blocks: Some(blocks),
+            };
+            adaptive_note(&a, samples, Some(400.0))
+        };
+        assert!(note(80, 1503).contains("80 blocks again, about 0.05 per sample"));
+        assert!(note(0, 1503).contains("0 blocks again, about 0 per sample"));
+        assert!(note(4500, 1500).contains("4500 blocks again, about 3 per sample"));
+    }
 
     /// Reads the live run whose events file holds `text` (written under `name`, removed
     /// after) as the program `command`.
