@@ -198,6 +198,16 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
             };
             eprintln!("mgbench: the program died of SIGILL under QEMU, most likely an AVX-512 instruction (QEMU's TCG has none); {blocker} kept mgbench from capturing it again with ptrace: run `mgbench capture --backend ptrace` (with --sample-interval MS instead of --sample-period)");
         }
+    } else if report.exit == ProgramExit::Signal(4) && !backend::host_has_avx512() {
+        // Where this CPU lacks AVX-512 too, no backend here runs such code: say so, rather
+        // than leave the user to try ptrace.
+        let evex =
+            backend::resolve(&cfg.program).map_or(0, |p| backend::evex_instructions(&p.path));
+        if evex > 0 {
+            eprintln!(
+                "mgbench: the program died of SIGILL: its code holds {evex} AVX-512 instruction(s), which neither QEMU's TCG nor this CPU (no avx512f in /proc/cpuinfo) can run, so no backend here can capture it: capture it on a machine with AVX-512 (where `--backend auto` takes ptrace), or a build of it without AVX-512"
+            );
+        }
     }
     let per = if report.recorded > 0 {
         format!(

@@ -272,10 +272,16 @@ fn live(args: &ReuseArgs, rdx: RdxConfig) -> Result<i32> {
     let code = match run.exit {
         ProgramExit::Code(c) => c,
         ProgramExit::Signal(s) => {
-            let why = if s == 4 {
-                " (QEMU's TCG lacks AVX-512: live RDX needs QEMU here; record with mgbench capture --backend ptrace --full and run reuse --rdx)"
-            } else {
-                ""
+            // SIGILL under QEMU: most likely AVX-512, which TCG lacks; natively the CPU
+            // refused the instruction itself.
+            let why = match (s, native.is_some()) {
+                (4, false) if mgbench_capture::backend::host_has_avx512() => {
+                    " (QEMU's TCG lacks AVX-512: live RDX needs QEMU here; record with mgbench capture --backend ptrace --full and run reuse --rdx)"
+                }
+                (4, false) => {
+                    " (QEMU's TCG lacks AVX-512, most likely the cause, and so does this CPU (no avx512f in /proc/cpuinfo): neither live RDX nor a ptrace capture runs such code here; on a machine with AVX-512, mgbench capture --backend ptrace --full, then reuse --rdx)"
+                }
+                _ => "",
             };
             report
                 .notes

@@ -2779,7 +2779,7 @@ fn import_from_the_command_line() {
     assert!(!dir.join("b.mgbt").exists(), "no half-written output");
 }
 
-fn cpu_has(flag: &str) -> bool {
+pub(crate) fn cpu_has(flag: &str) -> bool {
     std::fs::read_to_string("/proc/cpuinfo")
         .map(|t| {
             t.lines()
@@ -2787,6 +2787,10 @@ fn cpu_has(flag: &str) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// What a capture says where a program with AVX-512 code dies of SIGILL on a CPU without it.
+const NO_BACKEND_RUNS_IT: &str =
+    "AVX-512 instruction(s), which neither QEMU's TCG nor this CPU (no avx512f in /proc/cpuinfo) can run";
 
 /// On a CPU without AVX-512: `capture --full [backend] gather512` into dir/g.mgbt must end
 /// with the program's SIGILL as its exit status and in the trace, keeping what was recorded
@@ -2822,7 +2826,8 @@ fn ptrace_records_avx512_gathers_lane_by_lane() {
         // Machines of this kind usually have AVX-512, some instances do not (seen
         // 2026-11-24). There the lanes cannot be checked; what ptrace must do is report the
         // program's SIGILL and keep what it recorded before it.
-        capture_killed_by_sigill(&dir, &["--backend", "ptrace"]);
+        let e = capture_killed_by_sigill(&dir, &["--backend", "ptrace"]);
+        assert!(e.contains(NO_BACKEND_RUNS_IT), "{e}");
         return;
     }
     let o = mgbench(
@@ -3321,6 +3326,7 @@ fn auto_backend_says_which_and_why_and_falls_back_on_avx512() {
         // before it, in the exit status and in the trace.
         let e = capture_killed_by_sigill(&dir, &[]);
         assert!(e.contains("backend qemu (auto: "), "{e}");
+        assert!(e.contains(NO_BACKEND_RUNS_IT), "{e}");
         let t = info("g.mgbt");
         assert!(t.contains("program      killed by SIGILL"), "{t}");
         let n: u64 = t

@@ -1489,3 +1489,45 @@ fn live_rdx_on_a_program_with_much_code_says_what_its_samples_cost() {
         .unwrap();
     assert!(per >= 150.0 && note.contains("--period"), "{note}");
 }
+
+/// A program QEMU cannot run to the end (AVX-512, which TCG lacks): the live run keeps the
+/// program's SIGILL as its status, reports what it measured before, and says what would
+/// run it: a ptrace capture where this CPU has AVX-512, a machine with it where it has not.
+#[test]
+fn live_rdx_of_a_program_that_dies_of_sigill_says_what_would_run_it() {
+    if !have("qemu-x86_64", "live RDX of an AVX-512 program") {
+        return;
+    }
+    let dir = temp_dir("reuse-live-sigill");
+    let o = mgbench(
+        &[
+            "reuse",
+            "--quiet",
+            "--backend",
+            "qemu",
+            "-o",
+            "live.json",
+            "--",
+            &app("gather512"),
+        ],
+        &dir,
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(128 + 4), "{e}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains("killed by SIGILL (QEMU's TCG lacks AVX-512"),
+        "{notes}"
+    );
+    if crate::capture::cpu_has("avx512f") {
+        assert!(
+            notes.contains("mgbench capture --backend ptrace --full"),
+            "{notes}"
+        );
+    } else {
+        assert!(notes.contains("and so does this CPU"), "{notes}");
+        assert!(notes.contains("on a machine with AVX-512"), "{notes}");
+    }
+}
