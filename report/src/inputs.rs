@@ -116,12 +116,27 @@ pub fn load(paths: &[PathBuf], threads: usize) -> Result<Inputs, ReportError> {
                     p.display()
                 ));
             }
+        } else if p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| NOT_INPUTS.contains(&e.to_ascii_lowercase().as_str()))
+        {
+            // A shell glob over a results directory (`results/*`) names its README too.
+            inputs.notes.push(format!(
+                "{}: not an input (report and compare read .json, .csv and .mgbt files), skipped",
+                p.display()
+            ));
         } else {
             load_file(p, &mut inputs, threads, false)?;
         }
     }
     Ok(inputs)
 }
+
+/// Extensions of files that sit beside results (notes, pages, figures) and are never inputs.
+const NOT_INPUTS: [&str; 9] = [
+    "md", "txt", "html", "htm", "png", "svg", "pdf", "log", "rst",
+];
 
 fn sha256_hex(bytes: &[u8]) -> String {
     let d = Sha256::digest(bytes);

@@ -17,6 +17,25 @@ fn every_fixture_kind_is_recognised() {
     // README.md is not a results file: directories only read .json, .csv and .mgbt.
     assert!(i.files.iter().all(|f| f.path.extension().unwrap() != "md"));
     assert!(i.files.iter().all(|f| f.sha256.len() == 64));
+    // Named one by one, as a shell glob over the directory names them, the README is
+    // skipped with a note and the rest read alike.
+    let mut named: Vec<_> = std::fs::read_dir(crate::common::data())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    named.sort();
+    assert!(named.iter().any(|p| p.ends_with("README.md")), "{named:?}");
+    let j = load(&named, 1).unwrap();
+    assert_eq!(j.records.len(), i.records.len());
+    assert_eq!(j.files.len(), i.files.len());
+    assert!(
+        j.notes
+            .iter()
+            .any(|n| n.contains("README.md: not an input") && n.contains("skipped")),
+        "{:?}",
+        j.notes
+    );
 }
 
 fn err(files: &[std::path::PathBuf]) -> String {
