@@ -102,6 +102,11 @@ fn capture_mode(args: &CaptureArgs, kind: BackendKind, auto: Option<&str>) -> Re
         if args.sample_period.is_some() {
             bail!("--backend ptrace{chosen} cannot count accesses while the program runs natively, so it samples by time: use --sample-interval MS (and --sample-window W) instead of --sample-period");
         }
+        if args.sample_interval == Some(0) {
+            // A window steps at most half as long as the pause before it: with no pause,
+            // each window ended after one access.
+            bail!("--sample-interval 0: give at least 1 ms of native running between windows (a window steps at most half as long as the pause before it, so with none it records one access); --full steps every instruction");
+        }
         return Ok(Mode::Timed {
             window,
             interval_ms: args

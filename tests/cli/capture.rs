@@ -3439,6 +3439,27 @@ fn backend_option_errors() {
     let o = mgbench(&["capture", "--sample-interval", "5", &app("gather")], &dir);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--backend ptrace"), "{}", stderr(&o));
+    // No pause between windows leaves each window one access (its budget is half the pause).
+    let o = mgbench(
+        &[
+            "capture",
+            "--backend",
+            "ptrace",
+            "--sample-interval",
+            "0",
+            "-o",
+            "zero.mgbt",
+            &app("gather"),
+        ],
+        &dir,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("--sample-interval 0: give at least 1 ms"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.join("zero.mgbt").exists());
     let o = mgbench(
         &[
             "capture",
