@@ -423,9 +423,19 @@ fn granularity(
     threads: usize,
     out: &mut impl Write,
 ) -> std::io::Result<()> {
+    // With no sample there is nothing to estimate the distinct locations from.
+    let estimate = if g.samples == 0 {
+        "not estimated (no sample)".to_string()
+    } else {
+        format!(
+            "{:.0} estimated{}",
+            g.distinct_estimate,
+            distinct_basis(g, accesses)
+        )
+    };
     writeln!(
         out,
-        "{}: {} samples ({} dropped with every register busy{}), {} traps standing for {:.0} reuses, {:.0} uses without reuse; distinct {}: {:.0} estimated{}{}",
+        "{}: {} samples ({} dropped with every register busy{}), {} traps standing for {:.0} reuses, {:.0} uses without reuse; distinct {}: {estimate}{}",
         g.granularity.unit(),
         g.samples,
         g.dropped,
@@ -436,8 +446,6 @@ fn granularity(
         g.attributed_reuses,
         g.no_reuse,
         g.granularity.unit(),
-        g.distinct_estimate,
-        distinct_basis(g, accesses),
         g.distinct_exact
             .map(|n| format!(", {n} exact"))
             .unwrap_or_default()

@@ -632,8 +632,13 @@ fn granularity_report(
 
 /// The note for a run with too few samples for a steady histogram.
 fn few_samples(samples: u64) -> Option<String> {
-    (samples < 100)
-        .then(|| format!("only {samples} samples: lower --period for a steadier histogram"))
+    match samples {
+        0 => Some("no sample was taken: the run ended before its first sample point (about one --period in; each gap is drawn from period x [1 - jitter, 1 + jitter]): lower --period".into()),
+        1..100 => Some(format!(
+            "only {samples} samples: lower --period for a steadier histogram"
+        )),
+        _ => None,
+    }
 }
 
 /// Blocks translated per sample above which the live report says what sampling costs. Here

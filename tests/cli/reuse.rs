@@ -363,6 +363,17 @@ fn reuse_bad_input_is_named() {
         std::fs::read_to_string(dir.join("keep.json")).unwrap(),
         "{}\n"
     );
+    // A period longer than the run takes no sample: it says so, and estimates nothing.
+    let o = mgbench(
+        &["reuse", "--rdx", "full.mgbt", "--period", "1000000000000"],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = stdout(&o);
+    assert!(t.contains("words: 0 samples"), "{t}");
+    assert!(t.contains("distinct words: not estimated (no sample)"), "{t}");
+    assert!(t.contains("no sample was taken"), "{t}");
+    assert!(!t.contains("only 0 samples"), "{t}");
 }
 
 /// Runs `mgbench reuse` live under QEMU on `args` and returns its JSON report.
