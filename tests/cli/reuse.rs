@@ -371,7 +371,10 @@ fn reuse_bad_input_is_named() {
     assert!(o.status.success(), "{}", stderr(&o));
     let t = stdout(&o);
     assert!(t.contains("words: 0 samples"), "{t}");
-    assert!(t.contains("distinct words: not estimated (no sample)"), "{t}");
+    assert!(
+        t.contains("distinct words: not estimated (no sample)"),
+        "{t}"
+    );
     assert!(t.contains("no sample was taken"), "{t}");
     assert!(!t.contains("only 0 samples"), "{t}");
 }

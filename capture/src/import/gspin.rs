@@ -33,8 +33,8 @@ pub fn import_gspin<W: Write>(
             break;
         }
         if got < RECORD {
-            return Err(ImportError::Parse {
-                line: index,
+            return Err(ImportError::Record {
+                offset: index * RECORD as u64,
                 what: format!(
                     "record {index} is truncated ({got} of 12 bytes): the input ends mid-record"
                 ),

@@ -60,6 +60,9 @@ pub enum ImportError {
     Write(#[source] io::Error),
     #[error("line {line}: {what}")]
     Parse { line: u64, what: String },
+    /// A binary input's record (gs_patterns' pin traces have no lines).
+    #[error("byte {offset}: {what}")]
+    Record { offset: u64, what: String },
     #[error("input holds no memory accesses")]
     Empty,
 }
