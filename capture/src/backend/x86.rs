@@ -39,15 +39,39 @@ pub struct Decoded {
 
 /// EVEX-encoded (AVX-512) instructions in a block of machine code, by a linear sweep from
 /// its start (code that embeds data may be misread in places: a hint, not a proof).
+///
+/// Every EVEX instruction starts with the byte 0x62 (BOUND, its legacy meaning, does not
+/// exist in 64-bit mode), so only the code around such bytes is decoded: a sweep starts
+/// `RESYNC` bytes before the first one, runs on while the next lies within `RESYNC` bytes,
+/// and counts what it decodes. x86 code falls back into the full sweep's instruction
+/// boundaries within a few instructions, so the count is the full sweep's at a fraction of
+/// its cost (27 MB of `node`'s code: 1.1 s decoded whole).
 pub fn count_evex(code: &[u8], ip: u64) -> usize {
+    const RESYNC: usize = 256;
     let mut decoder = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
     let mut instruction = Instruction::default();
     let mut n = 0;
-    while decoder.can_decode() {
-        decoder.decode_out(&mut instruction);
-        if instruction.encoding() == iced_x86::EncodingKind::EVEX {
-            n += 1;
+    // How far the sweeps have decoded.
+    let mut swept = 0usize;
+    for at in memchr::memchr_iter(0x62, code) {
+        if at < swept {
+            continue;
         }
+        if at - swept > RESYNC {
+            let start = at - RESYNC;
+            // Both within the code: cannot fail.
+            if decoder.set_position(start).is_err() {
+                return n;
+            }
+            decoder.set_ip(ip + start as u64);
+        }
+        while decoder.can_decode() && decoder.position() <= at {
+            decoder.decode_out(&mut instruction);
+            if instruction.encoding() == iced_x86::EncodingKind::EVEX {
+                n += 1;
+            }
+        }
+        swept = decoder.position();
     }
     n
 }
@@ -462,6 +486,63 @@ mod tests {
         ];
         assert_eq!(count_evex(&code, 0x1000), 1);
         assert_eq!(count_evex(&code[6..], 0x1000), 0);
+    }
+
+    /// The whole linear sweep, which `count_evex` stands for.
+    fn count_evex_everywhere(code: &[u8], ip: u64) -> usize {
+        let mut decoder = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
+        let mut instruction = Instruction::default();
+        let mut n = 0;
+        while decoder.can_decode() {
+            decoder.decode_out(&mut instruction);
+            n += usize::from(instruction.encoding() == iced_x86::EncodingKind::EVEX);
+        }
+        n
+    }
+
+    #[test]
+    fn evex_count_around_0x62_bytes_is_the_full_sweeps() {
+        // Long code between EVEX instructions (decoded again from 64 bytes before each),
+        // an EVEX instruction right at the start and end, 0x62 bytes inside other
+        // instructions' immediates (mov eax, 0x62626262), and runs of EVEX instructions
+        // close together (one sweep).
+        let evex = [0x62, 0xf1, 0x7d, 0x48, 0xef, 0xc0];
+        let imm = [0xb8, 0x62, 0x62, 0x62, 0x62];
+        let filler = [0x48, 0x01, 0xd8, 0xc5, 0xf9, 0xef, 0xc0, 0x90];
+        let mut code = evex.to_vec();
+        for k in 0..200 {
+            for _ in 0..k % 23 {
+                code.extend_from_slice(&filler);
+            }
+            if k % 3 == 0 {
+                code.extend_from_slice(&imm);
+            }
+            for _ in 0..1 + k % 4 {
+                code.extend_from_slice(&evex);
+            }
+        }
+        let expected = 1 + (0..200).map(|k| 1 + k % 4).sum::<usize>();
+        assert_eq!(count_evex_everywhere(&code, 0x1000), expected);
+        assert_eq!(count_evex(&code, 0x1000), expected);
+        // Real code: this test program's own, and the C library's.
+        for path in [
+            std::env::current_exe().unwrap(),
+            "/lib/x86_64-linux-gnu/libc.so.6".into(),
+        ] {
+            use object::{Object, ObjectSection, SectionKind};
+            let data = std::fs::read(&path).unwrap();
+            let file = object::File::parse(&*data).unwrap();
+            for s in file.sections().filter(|s| s.kind() == SectionKind::Text) {
+                let (addr, code) = (s.address(), s.data().unwrap());
+                assert_eq!(
+                    count_evex(code, addr),
+                    count_evex_everywhere(code, addr),
+                    "{} {}",
+                    path.display(),
+                    s.name().unwrap_or("?")
+                );
+            }
+        }
     }
 
     #[test]
