@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use object::read::ReadCache;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
@@ -47,12 +48,30 @@ fn suggestions(close: &[String]) -> String {
 /// A function from the symbol table, at its link-time address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionSymbol {
-    /// Demangled name.
-    pub name: String,
     /// Name as stored in the symbol table.
     pub raw_name: String,
     pub start: u64,
     pub size: u64,
+    /// Demangled name, made when first asked for: only `--roi` reads the names, and
+    /// demangling the 160,000 C++ symbol-table entries of a program such as `node` takes most of
+    /// a second.
+    demangled: OnceLock<String>,
+}
+
+impl FunctionSymbol {
+    pub fn new(raw_name: String, start: u64, size: u64) -> FunctionSymbol {
+        FunctionSymbol {
+            raw_name,
+            start,
+            size,
+            demangled: OnceLock::new(),
+        }
+    }
+
+    /// Demangled name.
+    pub fn name(&self) -> &str {
+        self.demangled.get_or_init(|| demangle(&self.raw_name))
+    }
 }
 
 /// What capture needs to know about an executable.
@@ -478,14 +497,14 @@ impl ElfImage {
         SymbolError::UnknownFunction {
             name: name.to_string(),
             path: self.path.clone(),
-            close: close_matches(name, self.functions.iter().map(|f| f.name.as_str())),
+            close: close_matches(name, self.functions.iter().map(|f| f.name())),
         }
     }
 }
 
 /// Whether function symbol `f` answers to `name` (see [`ElfImage::find_function`]).
 fn answers_to(f: &FunctionSymbol, name: &str) -> bool {
-    if f.name == name || f.raw_name == name {
+    if f.raw_name == name || f.name() == name {
         return true;
     }
     let base = clone_base(&f.raw_name).0;
@@ -493,7 +512,7 @@ fn answers_to(f: &FunctionSymbol, name: &str) -> bool {
         return true;
     }
     let demangled = if base.len() == f.raw_name.len() {
-        Cow::Borrowed(f.name.as_str())
+        Cow::Borrowed(f.name())
     } else {
         Cow::Owned(demangle(base))
     };
@@ -710,12 +729,7 @@ fn function_symbol<'d, S: ObjectSymbol<'d>>(s: &S) -> Option<FunctionSymbol> {
         return None;
     }
     let raw = s.name().ok()?.to_string();
-    Some(FunctionSymbol {
-        name: demangle(&raw),
-        raw_name: raw,
-        start: s.address(),
-        size: s.size(),
-    })
+    Some(FunctionSymbol::new(raw, s.address(), s.size()))
 }
 
 /// Up to five names containing `query` or within a small edit distance of it.
@@ -1618,12 +1632,7 @@ mod tests {
         // Dots that are not a clone's suffix stay (a local label, a leading dot).
         assert_eq!(clone_base("a.b"), ("a.b", false));
         assert_eq!(clone_base(".cold"), (".cold", false));
-        let f = |raw: &str| FunctionSymbol {
-            name: demangle(raw),
-            raw_name: raw.to_string(),
-            start: 0,
-            size: 1,
-        };
+        let f = |raw: &str| FunctionSymbol::new(raw.to_string(), 0, 1);
         assert!(answers_to(&f("gather.constprop.0"), "gather"));
         assert!(answers_to(&f("__kernels_MOD_spmv._omp_fn.0"), "spmv"));
         assert!(answers_to(

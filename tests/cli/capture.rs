@@ -764,7 +764,7 @@ int main(int argc, char **argv) {
     assert!(code
         .inlined
         .iter()
-        .all(|c| c.caller.as_ref().is_some_and(|f| f.name == "main")));
+        .all(|c| c.caller.as_ref().is_some_and(|f| f.name() == "main")));
     let line = |needle: &str| SRC.lines().position(|l| l.contains(needle)).unwrap() as u32 + 1;
     let (gather_line, init_line) = (line("s += t[idx[i]]"), line("idx[i] = "));
     let at_line = |m: &HashMap<(String, u32), u64>, l: u32| -> u64 {

@@ -411,7 +411,7 @@ fn inlined_note(name: &str, code: &FunctionCode) -> String {
         let caller = c
             .caller
             .as_ref()
-            .map_or_else(|| format!("{:#x}", c.start), |f| f.name.clone());
+            .map_or_else(|| format!("{:#x}", c.start), |f| f.name().to_string());
         match callers.iter_mut().find(|(n, _)| *n == caller) {
             Some((_, k)) => *k += 1,
             None => callers.push((caller, 1)),
