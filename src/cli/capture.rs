@@ -257,8 +257,14 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
         let all = report.recorded + report.skipped;
         if windows == 0 && all > 0 && report.interrupted.is_none() {
             eprintln!("mgbench: warning: no sample window: the program made {all} accesses, fewer than where its first window began (each thread's first window starts at a random point of its first --sample-period, here {period}); --full records all of them, or a shorter --sample-period (or another --sample-seed) gives windows");
-        } else if windows < FEW_WINDOWS && report.interrupted.is_none() {
-            eprintln!("mgbench: warning: only {windows} sample window(s): too few for sampled statistics (footprint, reuse and function shares came within 25% of a full trace from about 200 windows on); --full records all {all} accesses of this run (about {} MB), or a shorter --sample-period gives more windows (e.g. 16384, at 2-3x the capture time)", (all as f64 * 1.5 / 1e6).ceil());
+        } else if windows < FEW_WINDOWS && all > 0 && report.interrupted.is_none() {
+            // (None at all: a ROI never entered, which its own warning says.)
+            let of = if cfg.roi.is_empty() {
+                "this run"
+            } else {
+                "the ROI"
+            };
+            eprintln!("mgbench: warning: only {windows} sample window(s): too few for sampled statistics (footprint, reuse and function shares came within 25% of a full trace from about 200 windows on); --full records all {all} accesses of {of} (about {} MB), or a shorter --sample-period gives more windows (e.g. 16384, at 2-3x the capture time)", (all as f64 * 1.5 / 1e6).ceil());
         }
     }
     if let (Mode::Timed { interval_ms, .. }, 0) = (cfg.mode, report.recorded) {

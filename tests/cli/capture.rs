@@ -1767,6 +1767,25 @@ fn roi_errors_and_never_entered() {
     let t = read_trace(&dir.join("n.mgbt"));
     assert_eq!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>(), 0);
     assert_eq!(t.end.unwrap().exit_code, Some(0));
+    // Sampled: the same warning, and no advice about "0 sample window(s)" of 0 accesses.
+    let o = mgbench(
+        &[
+            "capture",
+            "--roi",
+            "spmv_never_called",
+            "-o",
+            "s.mgbt",
+            &app("spmv"),
+            "--iters=1",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("was never entered") && !e.contains("sample window"),
+        "{e}"
+    );
 }
 
 #[test]
