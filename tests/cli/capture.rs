@@ -1011,7 +1011,7 @@ end program main
 }
 
 /// `libk.so` in `dir`: `lib_gather(t, idx, n)` sums `t[idx[i]]`, its loop on line 3.
-fn build_gather_library(dir: &Path) {
+pub(crate) fn build_gather_library(dir: &Path) {
     std::fs::write(
         dir.join("k.c"),
         "long lib_gather(const long *t, const int *idx, int n) {

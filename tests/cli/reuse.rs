@@ -1545,3 +1545,53 @@ fn live_rdx_of_a_program_that_dies_of_sigill_says_what_would_run_it() {
         assert!(notes.contains("on a machine with AVX-512"), "{notes}");
     }
 }
+
+/// Code a program maps from a file and unmaps again before it ends (here a library it opens
+/// with `dlopen` after the first sample and closes with `dlclose`; `node` maps a copy of its
+/// own code the same way) is in neither the mappings of the first sample nor those of the
+/// end: the plugin logs the mappings of each such `mmap`, so the pairs name its functions.
+#[test]
+fn live_rdx_names_code_of_a_library_closed_before_the_end() {
+    if !have("qemu-x86_64", "live RDX of a program that closes a library")
+        || !have("gcc", "live RDX of a program that closes a library")
+    {
+        return;
+    }
+    let dir = temp_dir("reuse-live-dlclose");
+    crate::capture::build_gather_library(&dir);
+    build_c(
+        &dir,
+        "m",
+        r#"#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef long (*gather_fn)(const long *, const int *, int);
+int main(void) {
+  int n = 1 << 16;
+  long *t = malloc(8 * n); int *idx = malloc(4 * n);
+  for (int i = 0; i < n; i++) { t[i] = i; idx[i] = (int)(((long)i * 7919) % n); }
+  void *h = dlopen("./libk.so", RTLD_NOW);
+  if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+  gather_fn g = (gather_fn)dlsym(h, "lib_gather");
+  long s = 0;
+  for (int r = 0; r < 40; r++) s += g(t, idx, n);
+  if (dlclose(h) != 0) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+  printf("%ld\n", s);
+  return 0;
+}
+"#,
+        &["-O2"],
+    );
+    let (o, v) = live_run_on(&dir, "qemu", None, &["./m"]);
+    assert_eq!(stdout(&o).trim(), (40u64 * 65535 * 65536 / 2).to_string());
+    let pairs = v["pairs"].as_array().unwrap();
+    let named = |f: &str| {
+        pairs
+            .iter()
+            .filter(|p| p["use_source"].as_str().unwrap().contains(f))
+            .map(|p| p["weight"].as_f64().unwrap())
+            .sum::<f64>()
+    };
+    // Nearly every access is the gather's: so are the pairs, by name.
+    assert!(named("lib_gather") > 0.5 * named(""), "{pairs:#?}");
+}

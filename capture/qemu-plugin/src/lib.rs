@@ -1372,6 +1372,9 @@ extern "C" fn rdx_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret
     fds::after_syscall(vcpu, num, ret);
     clone_returned(num, ret);
     prefault::after_syscall(num, ret);
+    if num == nr::MMAP {
+        rdx::after_mmap(ret);
+    }
     rdx::syscall_returned(vcpu, num);
 }
 
@@ -1632,13 +1635,16 @@ extern "C" fn syscall_entry<const LIVE_RDX: bool>(
     a2: u64,
     a3: u64,
     a4: u64,
-    _a5: u64,
+    a5: u64,
     _a6: u64,
     _a7: u64,
     _a8: u64,
 ) {
     if LIVE_RDX {
         prefault::before_syscall(num, a1, a2, a3, a4);
+        if num == nr::MMAP {
+            rdx::before_mmap(a2, a3, a4, a5);
+        }
     }
     if matches!(num, CLONE | CLONE3 | FORK | VFORK) {
         let process = makes_process(num, a1);

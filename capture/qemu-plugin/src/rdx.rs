@@ -567,14 +567,60 @@ impl State {
 
     /// Logs the mappings (allocates: not from a signal handler).
     fn log_maps(&mut self) {
+        self.log_maps_in(0, u64::MAX);
+    }
+
+    /// Logs the mappings that overlap `lo..hi`.
+    fn log_maps_in(&mut self, lo: u64, hi: u64) {
         let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
         let mut lines = String::new();
         for l in text.lines() {
-            lines.push_str("M ");
-            lines.push_str(l);
-            lines.push('\n');
+            let range = l.split_once(' ').and_then(|(r, _)| r.split_once('-'));
+            let overlaps = range.is_some_and(|(a, b)| {
+                let a = u64::from_str_radix(a, 16).unwrap_or(u64::MAX);
+                let b = u64::from_str_radix(b, 16).unwrap_or(0);
+                a < hi && b > lo
+            });
+            if overlaps {
+                lines.push_str("M ");
+                lines.push_str(l);
+                lines.push('\n');
+            }
         }
-        self.write_out(lines.as_bytes());
+        if !lines.is_empty() {
+            self.write_out(lines.as_bytes());
+        }
+    }
+}
+
+thread_local! {
+    /// The length of this thread's pending `mmap` of a file's code (0: none).
+    static CODE_MAP: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The guest calls `mmap(_, len, prot, flags, fd, _)` on this thread. The mappings are logged
+/// at the first sample and at the end; code a program maps from a file in between and unmaps
+/// again before it ends (a library it opens and closes, the copy of its own code that V8 in
+/// `node` maps and unmaps) would be in neither, and its instructions would go unnamed.
+pub fn before_mmap(len: u64, prot: u64, flags: u64, fd: u64) {
+    const PROT_EXEC: u64 = 4;
+    const MAP_ANONYMOUS: u64 = 0x20;
+    let code = prot & PROT_EXEC != 0 && flags & MAP_ANONYMOUS == 0 && (fd as u32 as i32) >= 0;
+    CODE_MAP.with(|c| c.set(if code { len } else { 0 }));
+}
+
+/// The guest's `mmap` returned `ret` on this thread: logs the mappings of the file's code it
+/// made (see [`before_mmap`]).
+pub fn after_mmap(ret: i64) {
+    let len = CODE_MAP.with(|c| c.replace(0));
+    if len == 0 || (-4095..0).contains(&ret) || std::process::id() != PID.load(Ordering::Relaxed) {
+        return;
+    }
+    let lo = ret as u64;
+    if let Ok(mut g) = STATE.lock() {
+        if let Some(st) = g.as_mut() {
+            st.log_maps_in(lo, lo.saturating_add(len));
+        }
     }
 }
 
