@@ -3494,3 +3494,70 @@ fn backend_option_errors() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("999999999"), "{}", stderr(&o));
 }
+
+/// A program is run by the path it was given, with the name it was given as its `argv[0]`,
+/// as a shell runs it: a program may tell from them what to be (`xzcat` is a link to `xz`,
+/// which decompresses when called so; a virtual environment's `bin/python`, a link to the
+/// system's, finds the environment's packages next to it). mgbench ran the file the link
+/// leads to, under that file's name, so `xzcat f.xz` ran as `xz f.xz` and tried to compress.
+#[test]
+fn a_program_runs_by_the_name_and_path_it_was_given() {
+    if !need_qemu("capture of a program called by a link") {
+        return;
+    }
+    let dir = temp_dir("argv0");
+    // It prints its argv[0]; it is run by a link, by its path and through PATH.
+    build_c(
+        &dir,
+        "whoami",
+        r#"#include <stdio.h>
+int main(int argc, char **argv) { (void)argc; printf("argv0=%s\n", argv[0]); return 0; }
+"#,
+        &["-O1"],
+    );
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    std::os::unix::fs::symlink(dir.join("whoami"), dir.join("bin/other")).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+            .args(args)
+            .env("PATH", &path)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        stdout(&o)
+    };
+    for backend in ["qemu", "ptrace"] {
+        for (program, argv0) in [("bin/other", "bin/other"), ("other", "other")] {
+            let out = run(&[
+                "capture",
+                "-q",
+                "--backend",
+                backend,
+                "--full",
+                "-o",
+                "t.mgbt",
+                program,
+            ]);
+            assert_eq!(out.trim(), format!("argv0={argv0}"), "{backend} {program}");
+        }
+    }
+    for backend in ["qemu", "page-faults"] {
+        let out = run(&[
+            "reuse",
+            "-q",
+            "--backend",
+            backend,
+            "-o",
+            "r.json",
+            "--",
+            "other",
+        ]);
+        assert_eq!(out.trim(), "argv0=other", "reuse {backend}");
+    }
+}

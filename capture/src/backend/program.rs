@@ -9,8 +9,15 @@ use crate::symbols::{search_path, ElfImage};
 /// A program that exists, is executable and is an x86-64 ELF.
 #[derive(Debug, Clone)]
 pub struct Program {
-    /// Absolute path.
+    /// Absolute path, symbolic links resolved (the file the mappings name).
     pub path: PathBuf,
+    /// The path to run it by, as a shell would: as given, or as found in PATH, with its
+    /// symbolic links. A program may tell from it what to be: `xzcat` is a link to `xz`,
+    /// which decompresses when called so, and a Python virtual environment's `bin/python`
+    /// (a link to the system's) finds the environment's packages next to it.
+    pub run: PathBuf,
+    /// Its `argv[0]`: the name as given (`xzcat`), as a shell passes it.
+    pub argv0: std::ffi::OsString,
     pub image: ElfImage,
 }
 
@@ -44,8 +51,14 @@ pub fn resolve(name: &Path) -> Result<Program, CaptureError> {
         });
     }
     let image = ElfImage::open(&path).map_err(CaptureError::Elf)?;
+    let run = path.clone();
     let path = std::fs::canonicalize(&path).unwrap_or(path);
-    Ok(Program { path, image })
+    Ok(Program {
+        path,
+        run,
+        argv0: name.as_os_str().to_owned(),
+        image,
+    })
 }
 
 /// Looks for an executable in PATH (for qemu-x86_64).

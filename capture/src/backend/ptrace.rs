@@ -1001,6 +1001,8 @@ impl Tracer {
 
 /// Runs (or attaches to) the program under ptrace and writes the trace.
 pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
+    // What to start (the path as a shell would run it, and its argv[0]): none when attaching.
+    let mut run = None;
     let (image, command, program_path) = match cfg.pid {
         Some(pid) => {
             let exe = PathBuf::from(format!("/proc/{pid}/exe"));
@@ -1020,6 +1022,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         None => {
             let p = resolve(&cfg.program)?;
             let command = command_line(&p.path, &cfg.args);
+            run = Some((p.run, p.argv0));
             (p.image, command, p.path)
         }
     };
@@ -1122,7 +1125,9 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             pid
         }
         None => {
-            let pid = ptrace_sys::spawn_stopped(&program_path, &cfg.args).map_err(|cause| {
+            let (path, argv0) =
+                run.unwrap_or_else(|| (program_path.clone(), cfg.program.clone().into()));
+            let pid = ptrace_sys::spawn_stopped(&path, &argv0, &cfg.args).map_err(|cause| {
                 CaptureError::Spawn {
                     what: program_path.display().to_string(),
                     cause,

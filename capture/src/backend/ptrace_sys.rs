@@ -2,7 +2,7 @@
 //! before its first instruction), the extended register state (XSAVE) and its layout, and
 //! memory reads from the tracee.
 
-use std::ffi::{CString, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -11,13 +11,14 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 /// Forks a child that stops itself (SIGSTOP) before exec'ing `program`, and waits until it
-/// has stopped. The caller seizes it and sends SIGCONT. The child dies with mgbench.
-pub fn spawn_stopped(program: &Path, args: &[OsString]) -> std::io::Result<Pid> {
+/// has stopped, `argv0` its `argv[0]`. The caller seizes it and sends SIGCONT. The child dies
+/// with mgbench.
+pub fn spawn_stopped(program: &Path, argv0: &OsStr, args: &[OsString]) -> std::io::Result<Pid> {
     let to_c = |b: &[u8]| {
         CString::new(b).map_err(|_| std::io::Error::other("argument contains a NUL byte"))
     };
     let prog = to_c(program.as_os_str().as_bytes())?;
-    let mut argv = vec![prog.clone()];
+    let mut argv = vec![to_c(argv0.as_bytes())?];
     for a in args {
         argv.push(to_c(a.as_bytes())?);
     }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use super::program::{resolve, which};
+use super::program::{resolve, which, Program};
 use super::sys::{
     children_minor_faults, die_with_parent, inherit, memory_file, reserve_descriptors,
     string_ops_under_watchpoint, SignalGuard,
@@ -320,7 +320,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
 
     let start = Instant::now();
     let guard = SignalGuard::install();
-    let mut command = qemu_command(&qemu, &arg, &program.path, &cfg.args);
+    let mut command = qemu_command(&qemu, &arg, &program, &cfg.args);
     if let Some(f) = &spill {
         inherit(&mut command, f);
     }
@@ -490,7 +490,8 @@ pub fn rdx_native(cfg: &LiveRdxConfig, sampler: NativeSampler) -> Result<LiveRdx
         }
         _ => library.clone().into_os_string(),
     };
-    let mut command = Command::new(&program.path);
+    let mut command = Command::new(&program.run);
+    std::os::unix::process::CommandExt::arg0(&mut command, &program.argv0);
     command
         .args(&cfg.args)
         .env("LD_PRELOAD", preload)
@@ -633,14 +634,16 @@ fn run_live(
 fn qemu_command(
     qemu: &Path,
     plugin_arg: &str,
-    program: &Path,
+    program: &Program,
     args: &[std::ffi::OsString],
 ) -> Command {
     let mut command = Command::new(qemu);
     command
         .arg("-plugin")
         .arg(plugin_arg)
-        .arg(program)
+        .arg("-0")
+        .arg(&program.argv0)
+        .arg(&program.run)
         .args(args);
     die_with_parent(&mut command);
     reserve_descriptors(&mut command);
@@ -788,7 +791,7 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         cfg.jitter,
         u8::from(cfg.prefault)
     );
-    let command = qemu_command(&qemu, &arg, &program.path, &cfg.args);
+    let command = qemu_command(&qemu, &arg, &program, &cfg.args);
     // Measured on a thread of its own while the program runs: its breakpoint's first
     // perf_event_open may wait for an RCU grace period (0-20 ms here), which the program
     // should not wait for.
