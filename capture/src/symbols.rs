@@ -46,7 +46,7 @@ fn suggestions(close: &[String]) -> String {
 }
 
 /// A function from the symbol table, at its link-time address.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct FunctionSymbol {
     /// Name as stored in the symbol table.
     pub raw_name: String,
@@ -73,6 +73,15 @@ impl FunctionSymbol {
         self.demangled.get_or_init(|| demangle(&self.raw_name))
     }
 }
+
+/// The same symbol, whether or not either has been asked for its name yet.
+impl PartialEq for FunctionSymbol {
+    fn eq(&self, other: &FunctionSymbol) -> bool {
+        (self.start, self.size, &self.raw_name) == (other.start, other.size, &other.raw_name)
+    }
+}
+
+impl Eq for FunctionSymbol {}
 
 /// What capture needs to know about an executable.
 #[derive(Debug, Clone)]
@@ -1619,6 +1628,15 @@ mod tests {
         ] {
             assert_eq!(demangle(n), n);
         }
+    }
+
+    #[test]
+    fn a_symbol_is_named_when_asked_and_equals_itself_either_way() {
+        let a = FunctionSymbol::new("_ZN1k6gatherEv".into(), 0x10, 4);
+        let b = a.clone();
+        assert_eq!(a.name(), "k::gather()");
+        assert_eq!(a, b);
+        assert_ne!(a, FunctionSymbol::new("_ZN1k6gatherEv".into(), 0x10, 8));
     }
 
     #[test]

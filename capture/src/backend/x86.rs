@@ -45,7 +45,8 @@ pub struct Decoded {
 /// `RESYNC` bytes before the first one, runs on while the next lies within `RESYNC` bytes,
 /// and counts what it decodes. x86 code falls back into the full sweep's instruction
 /// boundaries within a few instructions, so the count is the full sweep's at a fraction of
-/// its cost (27 MB of `node`'s code: 1.1 s decoded whole).
+/// its cost: on the 2004 ELF files of a Debian system, the same count on every one in 0.68 s
+/// against 5.5 s (64 bytes back missed 12 of libmvec's 4320).
 pub fn count_evex(code: &[u8], ip: u64) -> usize {
     const RESYNC: usize = 256;
     let mut decoder = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
@@ -502,16 +503,16 @@ mod tests {
 
     #[test]
     fn evex_count_around_0x62_bytes_is_the_full_sweeps() {
-        // Long code between EVEX instructions (decoded again from 64 bytes before each),
-        // an EVEX instruction right at the start and end, 0x62 bytes inside other
-        // instructions' immediates (mov eax, 0x62626262), and runs of EVEX instructions
-        // close together (one sweep).
+        // Long code between EVEX instructions (up to 416 bytes: decoded again from 256
+        // bytes before the next), an EVEX instruction right at the start and end, 0x62 bytes
+        // inside other instructions' immediates (mov eax, 0x62626262), and runs of EVEX
+        // instructions close together (one sweep).
         let evex = [0x62, 0xf1, 0x7d, 0x48, 0xef, 0xc0];
         let imm = [0xb8, 0x62, 0x62, 0x62, 0x62];
         let filler = [0x48, 0x01, 0xd8, 0xc5, 0xf9, 0xef, 0xc0, 0x90];
         let mut code = evex.to_vec();
         for k in 0..200 {
-            for _ in 0..k % 23 {
+            for _ in 0..k % 53 {
                 code.extend_from_slice(&filler);
             }
             if k % 3 == 0 {
