@@ -31,7 +31,8 @@ pub enum Backend {
 #[derive(Debug, Args)]
 #[command(trailing_var_arg = true)]
 pub struct CaptureArgs {
-    /// Trace file to write (default: PROGRAM's name with .mgbt, in the current directory).
+    /// Trace file to write (default: PROGRAM's name with .mgbt, in the current directory;
+    /// PROGRAM.rankR.mgbt for each rank of an MPI job started by mpirun or srun).
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
     /// How to record: auto (default: qemu, or ptrace for --pid and for programs with AVX-512
@@ -73,12 +74,17 @@ pub struct CaptureArgs {
     command: Vec<OsString>,
 }
 
+/// PROGRAM.mgbt; under an MPI launcher that started several ranks, PROGRAM.rankR.mgbt, so
+/// that `mpirun -np N mgbench capture -- PROGRAM` gives a trace per rank.
 fn default_output(program: &Path) -> PathBuf {
     let stem = program
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "trace".into());
-    PathBuf::from(format!("{stem}.mgbt"))
+    match mgbench_replay::launch::rank_env() {
+        Some(r) if r.size > 1 => PathBuf::from(format!("{stem}.rank{}.mgbt", r.rank)),
+        _ => PathBuf::from(format!("{stem}.mgbt")),
+    }
 }
 
 /// The recording mode `args` ask of backend `kind` (`auto`: why auto chose it, for errors).

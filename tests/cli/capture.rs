@@ -3561,3 +3561,100 @@ int main(int argc, char **argv) { (void)argc; printf("argv0=%s\n", argv[0]); ret
         assert_eq!(out.trim(), "argv0=other", "reuse {backend}");
     }
 }
+
+/// `mpirun -np 2 mgbench capture -- PROGRAM`: each rank writes PROGRAM.rankR.mgbt, where both
+/// wrote PROGRAM.mgbt into each other (a trace cut short, its counts from neither run). Given
+/// one `-o`, the rank that comes second fails, naming the file and what to do, and the
+/// first's trace is whole.
+#[test]
+fn ranks_of_an_mpi_job_write_their_own_traces() {
+    if !need_qemu("capture under mpirun") || !have("mpirun", "capture under mpirun") {
+        return;
+    }
+    let dir = temp_dir("mpi-capture");
+    let mpirun = |extra: &[&str]| {
+        let o = Command::new("timeout")
+            .args([
+                "120",
+                "mpirun",
+                "--oversubscribe",
+                "--bind-to",
+                "none",
+                "-np",
+                "2",
+            ])
+            .args([env!("CARGO_BIN_EXE_mgbench"), "capture", "-q", "--full"])
+            .args(extra)
+            .args([app("gather"), "--reps=20".into()])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert_ne!(o.status.code(), Some(124), "mpirun hangs: {}", stderr(&o));
+        o
+    };
+    let o = mpirun(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let counts: Vec<usize> = (0..2)
+        .map(|r| {
+            let t = read_trace(&dir.join(format!("gather.rank{r}.mgbt")));
+            assert!(!t.damaged && t.end.is_some(), "rank {r}");
+            t.chunks.iter().map(|c| c.accesses.len()).sum()
+        })
+        .collect();
+    assert!(!dir.join("gather.mgbt").exists());
+    // The same program twice: the same accesses, give or take the few its environment
+    // (the rank's variables) moves.
+    assert!(counts[0].abs_diff(counts[1]) < 100, "{counts:?}");
+    let o = mpirun(&["-o", "same.mgbt"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("same.mgbt is being written by another mgbench capture")
+            && e.contains("leave -o out: each rank then writes PROGRAM.rankR.mgbt"),
+        "{e}"
+    );
+    let t = read_trace(&dir.join("same.mgbt"));
+    assert!(!t.damaged && t.end.is_some());
+    let n: usize = t.chunks.iter().map(|c| c.accesses.len()).sum();
+    assert!(n.abs_diff(counts[0]) < 100, "{n} {counts:?}");
+}
+
+/// A capture that fails before its program starts leaves no file it created, and an
+/// existing trace as it was.
+#[test]
+fn a_capture_that_cannot_start_leaves_no_new_file() {
+    let dir = temp_dir("claim");
+    let run = |out: &str| {
+        Command::new(env!("CARGO_BIN_EXE_mgbench"))
+            .args([
+                "capture",
+                "-q",
+                "--backend",
+                "qemu",
+                "-o",
+                out,
+                "--",
+                "/bin/true",
+            ])
+            .env("MGBENCH_QEMU", dir.join("no-such-qemu"))
+            .current_dir(&dir)
+            .output()
+            .unwrap()
+    };
+    let o = run("new.mgbt");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("qemu-x86_64 not found"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.join("new.mgbt").exists());
+    std::fs::write(dir.join("old.mgbt"), b"an earlier trace").unwrap();
+    assert!(!run("old.mgbt").status.success());
+    assert_eq!(
+        std::fs::read(dir.join("old.mgbt")).unwrap(),
+        b"an earlier trace"
+    );
+}

@@ -463,6 +463,8 @@ pub enum CaptureError {
         path: PathBuf,
         cause: std::io::Error,
     },
+    #[error("{} is being written by another mgbench capture: give each capture its own -o (under mpirun or srun, leave -o out: each rank then writes PROGRAM.rankR.mgbt), or wait for the other to end", .0.display())]
+    OutputBusy(PathBuf),
     #[error("output path {} contains a comma, which QEMU's -plugin option cannot carry: choose another -o", .0.display())]
     CommaInPath(PathBuf),
     #[error("cannot start {what}: {cause}")]
@@ -513,6 +515,7 @@ pub fn choose(program: &Path, attach: bool) -> Choice {
 
 /// Runs a capture with the configured backend.
 pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
+    let _claim = OutputClaim::take(&cfg.output)?;
     match (cfg.backend, cfg.pid) {
         (BackendKind::Pt, _) => Err(pt::unavailable()),
         (BackendKind::Qemu, Some(_)) => Err(CaptureError::Invalid(
@@ -520,6 +523,69 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         )),
         (BackendKind::Qemu, None) => qemu::capture(cfg),
         (BackendKind::Ptrace, _) => ptrace::capture(cfg),
+    }
+}
+
+/// The trace file, held (an exclusive lock on it) while one capture writes it: a second
+/// mgbench given the same file, as every rank of `mpirun -np N mgbench capture -o t.mgbt`
+/// is, fails before its program starts, where the two wrote into one file (a trace cut
+/// short at a frame the other had overwritten). A file it created that stayed empty (the
+/// run failed before it started) is removed again; an existing file is not truncated here,
+/// so a failed start leaves it as it was. Pipes and devices (`-o /dev/null`) are not held.
+struct OutputClaim {
+    file: Option<File>,
+    path: PathBuf,
+    created: bool,
+}
+
+impl OutputClaim {
+    fn take(path: &Path) -> Result<OutputClaim, CaptureError> {
+        let unheld = OutputClaim {
+            file: None,
+            path: path.to_path_buf(),
+            created: false,
+        };
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            return Ok(unheld);
+        }
+        let out = |cause| CaptureError::Output {
+            path: path.to_path_buf(),
+            cause,
+        };
+        let open = || std::fs::OpenOptions::new().write(true).open(path);
+        let (file, created) = match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+        {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                (open().map_err(out)?, false)
+            }
+            Err(e) => return Err(out(e)),
+        };
+        match sys::try_lock(&file) {
+            Ok(true) => Ok(OutputClaim {
+                file: Some(file),
+                path: path.to_path_buf(),
+                created,
+            }),
+            // Not removed even if this call created it: the holder may have opened it already.
+            Ok(false) => Err(CaptureError::OutputBusy(path.to_path_buf())),
+            // A file system without locks: written unheld, as before.
+            Err(_) => Ok(unheld),
+        }
+    }
+}
+
+impl Drop for OutputClaim {
+    fn drop(&mut self) {
+        let Some(file) = self.file.take() else {
+            return;
+        };
+        if self.created && file.metadata().is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

@@ -162,6 +162,22 @@ pub fn memory_file(name: &str, len: u64) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
+/// Takes an exclusive lock on `file` (flock) without waiting: `Ok(false)` where another open
+/// file holds one. Released when `file` closes (or the process dies).
+pub fn try_lock(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor `file` owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
 /// Keeps `file` open across the exec of the program `command` starts (as the same number).
 pub fn inherit(command: &mut std::process::Command, file: &std::fs::File) {
     use std::os::fd::AsRawFd;
