@@ -1001,9 +1001,13 @@ impl Tracer {
 
 /// Runs (or attaches to) the program under ptrace and writes the trace.
 pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
-    // What to start (the path as a shell would run it, and its argv[0]): none when attaching.
-    let mut run = None;
-    let (image, command, program_path) = match cfg.pid {
+    // The process to attach to, or the program to start (the path as a shell would run it,
+    // and its argv[0]).
+    enum Target {
+        Attach(i32),
+        Start(PathBuf, std::ffi::OsString),
+    }
+    let (image, command, program_path, target) = match cfg.pid {
         Some(pid) => {
             let exe = PathBuf::from(format!("/proc/{pid}/exe"));
             let path = std::fs::read_link(&exe).map_err(|e| CaptureError::ProgramNotFound {
@@ -1017,13 +1021,12 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
                 .filter(|s| !s.is_empty())
                 .map(|s| String::from_utf8_lossy(s).into_owned())
                 .collect();
-            (image, command, path)
+            (image, command, path, Target::Attach(pid))
         }
         None => {
             let p = resolve(&cfg.program)?;
             let command = command_line(&p.path, &cfg.args);
-            run = Some((p.run, p.argv0));
-            (p.image, command, p.path)
+            (p.image, command, p.path, Target::Start(p.run, p.argv0))
         }
     };
     let (window, interval) = match cfg.mode {
@@ -1108,8 +1111,8 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     let guard = SignalGuard::install();
     let start = Instant::now();
     let attached = cfg.pid.is_some();
-    let leader = match cfg.pid {
-        Some(pid) => {
+    let leader = match target {
+        Target::Attach(pid) => {
             let pid = Pid::from_raw(pid);
             let tids: Vec<Pid> = std::fs::read_dir(format!("/proc/{pid}/task"))
                 .map_err(|e| {
@@ -1124,9 +1127,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             }
             pid
         }
-        None => {
-            let (path, argv0) =
-                run.unwrap_or_else(|| (program_path.clone(), cfg.program.clone().into()));
+        Target::Start(path, argv0) => {
             let pid = ptrace_sys::spawn_stopped(&path, &argv0, &cfg.args).map_err(|cause| {
                 CaptureError::Spawn {
                     what: program_path.display().to_string(),
