@@ -27,6 +27,8 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use mgbench_capture::trace::Mapping;
+
 use crate::switch;
 use crate::sys::{self, Watchpoint};
 
@@ -575,12 +577,9 @@ impl State {
         let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
         let mut lines = String::new();
         for l in text.lines() {
-            let range = l.split_once(' ').and_then(|(r, _)| r.split_once('-'));
-            let overlaps = range.is_some_and(|(a, b)| {
-                let a = u64::from_str_radix(a, 16).unwrap_or(u64::MAX);
-                let b = u64::from_str_radix(b, 16).unwrap_or(0);
-                a < hi && b > lo
-            });
+            let overlaps = Mapping::parse_proc_maps(l)
+                .first()
+                .is_some_and(|m| m.start < hi && m.end > lo);
             if overlaps {
                 lines.push_str("M ");
                 lines.push_str(l);
