@@ -169,12 +169,33 @@ fn mine(
     output: Option<PathBuf>,
     show: bool,
     with_apex: bool,
+    unnamed_if_nothing_else: bool,
 ) -> Result<(SynthReport, Option<PathBuf>)> {
-    let cfg = opts.config();
-    let report = {
+    let mut cfg = opts.config();
+    let mut report = {
         let _bar = Display::start(&cfg.progress, Style::Bytes);
         synthesize(trace, &cfg)?
     };
+    let unnamed = report
+        .candidates
+        .iter()
+        .filter(|c| c.verdict == Verdict::Unsymbolized)
+        .count();
+    if unnamed_if_nothing_else && report.patterns.is_empty() && unnamed > 0 {
+        // A stripped program names none of its own code, so the paper's filter leaves nothing
+        // to replay; profile keeps what it dropped rather than stopping there.
+        eprintln!(
+            "mgbench: no named pattern survived the filters ({}); mining again with \
+             --keep-unsymbolized, so that the {unnamed} candidate(s) without a symbol are \
+             named by their file and address there",
+            report.filter_summary()
+        );
+        cfg.keep_unsymbolized = true;
+        report = {
+            let _bar = Display::start(&cfg.progress, Style::Bytes);
+            synthesize(trace, &cfg)?
+        };
+    }
     let apex = if with_apex {
         let _bar = Display::start(&cfg.progress, Style::Bytes);
         let locality = analyze(
@@ -267,6 +288,7 @@ pub fn synth(args: SynthArgs) -> Result<i32> {
         args.output,
         args.explain,
         args.apex,
+        false,
     )?;
     Ok(0)
 }
@@ -352,7 +374,7 @@ pub fn profile(args: ProfileArgs) -> Result<i32> {
         eprintln!("mgbench: the program exited with status {status}; mining what was recorded");
     }
     eprintln!("mgbench: [2/3] synth");
-    let (report, file) = mine(&trace, &args.opts, args.output, false, args.apex)?;
+    let (report, file) = mine(&trace, &args.opts, args.output, false, args.apex, true)?;
     let Some(file) = file else {
         bail!("nothing to replay: {} has no irregular gather/scatter pattern that passes the filters ({})", args.command[0].to_string_lossy(), report.filter_summary());
     };

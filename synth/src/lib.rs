@@ -560,12 +560,23 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     let mut patterns = Vec::new();
     let mut notes = Vec::new();
     if let (n @ 1.., Some(first)) = unnamed_in_top {
-        notes.push(format!(
-            "{n} candidate(s) without a symbol come before the top {} named ones by flagged \
-             windows, the first {first}; --keep-unsymbolized keeps them, named by their file \
-             and address there",
-            cfg.top
-        ));
+        notes.push(if rank == 0 {
+            // Nothing named at all: the program's own code has no symbols (a stripped file
+            // without a debug file), so the filter left nothing but the regular and the loader.
+            format!(
+                "{n} candidate(s) were dropped for having no symbol and no named one is left \
+                 (a stripped program without its debug file names none of its own code), the \
+                 first {first}; --keep-unsymbolized keeps them, named by their file and address \
+                 there"
+            )
+        } else {
+            format!(
+                "{n} candidate(s) without a symbol come before the top {} named ones by \
+                 flagged windows, the first {first}; --keep-unsymbolized keeps them, named by \
+                 their file and address there",
+                cfg.top
+            )
+        });
     }
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut order: Vec<(usize, Recorder, u64)> = recorders.into_values().collect();

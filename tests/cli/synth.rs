@@ -314,6 +314,72 @@ fn profile_runs_capture_synth_and_replay() {
     assert!(dir.join("p.json").exists());
 }
 
+/// A stripped program (as distributions ship them, e.g. Debian's `sysbench`) names none of
+/// its own code, so the paper's filter drops its candidates (the C library's named ones are
+/// too few here): `synth` says where they are and how to keep them, and `profile` keeps them
+/// itself rather than ending with nothing to replay.
+#[test]
+fn profile_of_a_stripped_program_replays_its_unnamed_patterns() {
+    if !have("qemu-x86_64", "mgbench profile") || !have("objcopy", "stripping a program") {
+        return;
+    }
+    let dir = temp_dir("profile-stripped");
+    let o = std::process::Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(app("gather"))
+        .arg(dir.join("gather"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = ["./gather", "--n=4096", "--reps=2"];
+    let mut args = vec!["capture", "--full", "-o", "g.mgbt", "--"];
+    args.extend(run);
+    let o = mgbench(&args, &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mgbench(&["synth", "g.mgbt", "-o", "s.json"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("the first gather+0x")
+            && err.contains("--keep-unsymbolized keeps them")
+            && err.contains("nothing written"),
+        "{err}"
+    );
+    assert!(!dir.join("s.json").exists());
+
+    let mut args = vec!["profile", "--full", "-o", "p.json", "--runs", "1", "--"];
+    args.extend(run);
+    let o = mgbench(&args, &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("no named pattern survived the filters")
+            && err.contains("mining again with --keep-unsymbolized"),
+        "{err}"
+    );
+    let patterns: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("p.json")).unwrap()).unwrap();
+    let names: Vec<&str> = patterns
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("gather+0x") && n.ends_with("-gather")),
+        "{names:?}"
+    );
+    // Replayed beside STREAM, under that name.
+    assert!(err.contains("Triad:"), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("gather+0x") && l.contains("gather ")),
+        "{err}"
+    );
+}
+
 #[test]
 fn profile_compacts_only_the_patterns_that_do_not_fit() {
     if !have("qemu-x86_64", "mgbench profile") {

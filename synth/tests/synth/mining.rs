@@ -483,11 +483,12 @@ fn unnamed_candidates_are_placed_in_their_file() {
     assert!(r.patterns.is_empty(), "{:?}", r.candidates);
     let place = format!("{file}+0x100");
     assert!(
-        r.notes
-            .iter()
-            .any(|n| n.contains("1 candidate(s) without a symbol")
+        r.notes.iter().any(
+            |n| n.contains("1 candidate(s) were dropped for having no symbol")
+                && n.contains("no named one is left")
                 && n.contains(&place)
-                && n.contains("--keep-unsymbolized")),
+                && n.contains("--keep-unsymbolized")
+        ),
         "{:?}",
         r.notes
     );
