@@ -34,8 +34,10 @@ native on memory-bound code (triad); full trace <= 4 bytes/access on gups. Each 
 whether its target is met; the exit status is 0 only when all are.
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -85,6 +87,7 @@ def main():
     }
     workloads = select(workloads, args.only)
     tmp = tempfile.mkdtemp(prefix="mgbench-capture-bench-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     trace = os.path.join(tmp, "t.mgbt")
     cap = lambda *opts: (lambda prog: [MGBENCH, "capture", "--quiet", *opts, "-o", trace,
                                        "--", *prog])

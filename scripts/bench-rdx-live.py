@@ -37,6 +37,7 @@ only when every workload meets it. Where a PMU with address sampling exists the 
 <= 1.05x native; that path is not built or measured here (no PMU on this machine).
 """
 import argparse
+import atexit
 import json
 import os
 import shutil
@@ -86,6 +87,7 @@ def main():
     }
     workloads = select(workloads, args.only)
     tmp = tempfile.mkdtemp(prefix="mgbench-rdx-bench-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     if "gzip" in workloads:
         data = os.path.join(tmp, "gzip-input.txt")
         write_text(data, int(20_000_000 * s))

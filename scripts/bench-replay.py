@@ -13,9 +13,11 @@ do) and prints medians and the median of the per-repetition ratios mgbench / bes
 Target (issue #2): every ratio >= 0.95. A CSV of every measurement goes to results/.
 """
 import argparse
+import atexit
 import datetime
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -97,6 +99,7 @@ def main():
     with open(os.path.join(ROOT, "patterns", "random.json")) as f:
         randoms = {c["name"]: c for c in json.load(f)}
     tmp = tempfile.mkdtemp(prefix="mgbench-bench-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     cases = []
 
     def gather_case(name, indices, delta, count):

@@ -27,8 +27,10 @@ each on disk (removed after each program) and the whole table some minutes.
 Target (issue #16, MemGaze's band): every MAPE within 25%. The exit status is 0 only then.
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -103,6 +105,7 @@ def main():
         subprocess.run([os.path.join(ROOT, "scripts", "apps", "build.sh")], check=True,
                        stdout=subprocess.DEVNULL)
     tmp = tempfile.mkdtemp(prefix="mgbench-fidelity-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     print("# sampled against full; MAPE in %")
     print(f"{'program':12} {'accesses':>11} {'window':>7} {'period':>8} {'samples':>8} "
           f"{'footprint growth':>17} {'RD CDF':>8} {'(max |d|)':>9} {'function shares':>16}  "

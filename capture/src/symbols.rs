@@ -1689,6 +1689,7 @@ mod tests {
         let script = dir.join("s.sh");
         std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
         let e = ElfImage::open(&script).unwrap_err().to_string();
+        let _ = std::fs::remove_dir_all(&dir);
         assert!(e.contains("script"), "{e}");
     }
 

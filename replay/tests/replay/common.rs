@@ -18,8 +18,12 @@ pub fn config(json: &str) -> RunConfig {
     .unwrap_or_else(|e| panic!("{json}: {e}"))
 }
 
-/// A fresh temporary directory for one test.
+/// A fresh temporary directory for one test, `mgbench-test-TAG-PID-NANOS` (those of earlier
+/// runs are removed).
 pub fn temp_dir(tag: &str) -> PathBuf {
+    remove_stale(&format!("mgbench-test-{tag}-"), |rest| {
+        rest.rsplit('-').nth(1)?.parse().ok()
+    });
     let dir = std::env::temp_dir().join(format!(
         "mgbench-test-{tag}-{}-{}",
         std::process::id(),
@@ -30,6 +34,27 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
+}
+
+/// Removes what earlier runs of these tests left in the temporary directory: the entries
+/// named `PREFIX...` whose process (`pid_of` the rest of the name) is gone.
+fn remove_stale(prefix: &str, pid_of: impl Fn(&str) -> Option<u32>) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(&pid_of)
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Writes `text` to `dir/name` and returns the path.

@@ -18,12 +18,35 @@ pub fn full_report() -> Report {
     build(&cfg).expect("report of the fixtures")
 }
 
-/// A fresh temporary directory.
+/// A fresh temporary directory, `mgbench-report-TAG-PID` (those earlier runs of the test
+/// left are removed).
 pub fn temp_dir(tag: &str) -> PathBuf {
+    remove_stale(&format!("mgbench-report-{tag}-"), |pid| pid.parse().ok());
     let d = std::env::temp_dir().join(format!("mgbench-report-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// Removes what earlier runs of these tests left in the temporary directory: the entries
+/// named `PREFIX...` whose process (`pid_of` the rest of the name) is gone.
+fn remove_stale(prefix: &str, pid_of: impl Fn(&str) -> Option<u32>) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(&pid_of)
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Every `<svg ...>...</svg>` of the page.

@@ -6,10 +6,35 @@ use mgbench_capture::trace::{
     Access, AccessKind, Chunk, EndInfo, Mapping, Mode, SampleHeader, TraceMeta, TraceWriter,
 };
 
+/// `NAME` in this run's temporary directory, `mgbench-synth-PID` (earlier runs' are removed
+/// at the first call: each left some 5 MB).
 pub fn temp(name: &str) -> PathBuf {
+    static CLEAN: std::sync::Once = std::sync::Once::new();
+    CLEAN.call_once(|| remove_stale("mgbench-synth-", |pid| pid.parse().ok()));
     let dir = std::env::temp_dir().join(format!("mgbench-synth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
+}
+
+/// Removes what earlier runs of these tests left in the temporary directory: the entries
+/// named `PREFIX...` whose process (`pid_of` the rest of the name) is gone.
+fn remove_stale(prefix: &str, pid_of: impl Fn(&str) -> Option<u32>) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(&pid_of)
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 pub fn meta() -> TraceMeta {
