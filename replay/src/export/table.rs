@@ -102,15 +102,23 @@ impl TableExporter {
     }
 }
 
-/// `s` cut to at most `n` characters for a table column, a `~` marking the cut.
+/// `s` cut to at most `n` characters for a table column, a `~` marking the cut. The cut is in
+/// the middle: names made unique by their end (`LAMMPS_NS::PairLJCut::compute-gather-3`,
+/// `...-scatter-2`, a C++ overload's parameters) stay told apart, where cutting the end left
+/// ten rows of `LAMMPS_NS::PairLJCut::compu~`.
 pub fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('~');
-        t
+    let len = s.chars().count();
+    if len <= n {
+        return s.to_string();
     }
+    let Some(kept) = n.checked_sub(1) else {
+        return String::new();
+    };
+    let tail = kept * 3 / 5;
+    let mut t: String = s.chars().take(kept - tail).collect();
+    t.push('~');
+    t.extend(s.chars().skip(len - tail));
+    t
 }
 
 impl Exporter for TableExporter {
@@ -153,5 +161,32 @@ impl Exporter for TableExporter {
             out.push_str(&format!("note: {n}\n"));
         }
         Ok(out.into_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate;
+
+    #[test]
+    fn a_long_name_keeps_its_start_and_the_end_that_tells_it_apart() {
+        assert_eq!(truncate("spmv_rows-gather", 28), "spmv_rows-gather");
+        let names = [
+            "LAMMPS_NS::PairLJCut::compute-gather",
+            "LAMMPS_NS::PairLJCut::compute-gather-3",
+            "LAMMPS_NS::PairLJCut::compute-scatter-2",
+        ];
+        let cut: Vec<String> = names.iter().map(|n| truncate(n, 28)).collect();
+        assert_eq!(cut[1], "LAMMPS_NS::~compute-gather-3");
+        for (c, n) in cut.iter().zip(names) {
+            assert_eq!(c.chars().count(), 28, "{c}");
+            assert!(n.starts_with(c.split('~').next().unwrap()), "{c}");
+            assert!(n.ends_with(c.split('~').nth(1).unwrap()), "{c}");
+        }
+        assert!(cut[0] != cut[1] && cut[1] != cut[2]);
+        // Characters, not bytes; and columns too narrow for anything.
+        assert_eq!(truncate("αβγδεζηθ", 5), "αβ~ηθ");
+        assert_eq!(truncate("abc", 0), "");
+        assert_eq!(truncate("abc", 1), "~");
     }
 }
