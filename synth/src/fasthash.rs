@@ -36,3 +36,36 @@ impl Hasher for Fast {
 }
 
 pub type Build = BuildHasherDefault<Fast>;
+
+/// A hasher for keys whose parts sit in their high bits (`page << 32 | n`): [`Fast`]'s
+/// multiply carries a key's low bits up but never its high bits down, and the table picks
+/// buckets by the low bits, so all pages of one `n` fell in one bucket. This one mixes
+/// every bit into every other (MurmurHash3's 64-bit finalizer).
+#[derive(Default, Clone, Copy)]
+pub struct Mixed(u64);
+
+impl Hasher for Mixed {
+    #[inline]
+    fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = self.0.rotate_left(5) ^ v;
+    }
+}
+
+pub type MixedBuild = BuildHasherDefault<Mixed>;
