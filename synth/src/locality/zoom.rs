@@ -1,7 +1,7 @@
 //! Zooming in location and time (MemGaze sec. 5.3; DESIGN.md section 9), from one pass.
 //!
 //! [`Census`] takes every access once: per 64-byte line an access count, per 4 KiB page the
-//! instructions that touch it most (space-saving, 4 slots) and the sampled reuse distances
+//! instructions that touch it and how often (exact) and the sampled reuse distances
 //! (SHARDS) of its lines, per instruction its count and address span, and per line the last
 //! time interval that touched it, which gives every node of the execution-interval tree its
 //! exact footprint.
