@@ -179,6 +179,19 @@ fn human(bytes: u64) -> String {
     mgbench_replay::plan::human_bytes(u128::from(bytes))
 }
 
+/// A C++ function's name without its parameters and return type where it would not fit the
+/// column (`LAMMPS_NS::PairLJCut::compute`, not `LAMMPS_NS::~ompute(int, int)`); the JSON keeps
+/// it whole.
+fn short_name(name: &str) -> &str {
+    if name.chars().count() <= 28 {
+        return name;
+    }
+    mgbench_capture::symbols::call_names(name)
+        .next()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(name)
+}
+
 fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
     let f = &l.footprint;
     let apex = match &l.apex {
@@ -188,7 +201,7 @@ fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<28} {:>12} {:>7.3} {:>8.3} {:>9.1} {:>6.3} {:>6.1} {:>6.1}  {apex}",
-        mgbench_replay::export::truncate(name, 28),
+        mgbench_replay::export::truncate(short_name(name), 28),
         l.references,
         l.spatial_score,
         l.temporal_score,
@@ -293,4 +306,23 @@ fn table(r: &LocalityReport, out: &mut impl Write) -> std::io::Result<()> {
         writeln!(out, "note: {n}")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_name;
+
+    #[test]
+    fn a_long_cpp_name_drops_its_parameters_in_the_table() {
+        assert_eq!(short_name("main"), "main");
+        assert_eq!(
+            short_name("LAMMPS_NS::PairLJCut::compute(int, int)"),
+            "LAMMPS_NS::PairLJCut::compute"
+        );
+        // Short enough: kept whole, parameters and all.
+        assert_eq!(short_name("k::f(int)"), "k::f(int)");
+        // A long name that is no C++ signature stays as it is (the table cuts its middle).
+        let c = "a_very_long_c_function_name_without_parameters";
+        assert_eq!(short_name(c), c);
+    }
 }
