@@ -2131,6 +2131,15 @@ fn a_forked_child_exits_with_its_own_status() {
         let said = "the program started 1 child process(es) (fork)";
         assert!(stderr(&o).contains(said), "{mode:?}: {}", stderr(&o));
         assert!(t.notes.iter().any(|n| n.contains(said)), "{:?}", t.notes);
+        // What a user can do: an exec'd program is captured on its own; a worker that stays
+        // in this program's code (as this child) cannot be.
+        assert!(
+            stderr(&o).contains("a capture follows one process")
+                && stderr(&o)
+                    .contains("but a worker that goes on in this program's code after fork cannot"),
+            "{mode:?}: {}",
+            stderr(&o)
+        );
     }
 }
 

@@ -283,8 +283,13 @@ pub fn children_note(n: u64, ran: &str, for_trace: bool) -> String {
     if for_trace {
         return fact;
     }
+    // A child that runs another program can be captured apart; one that goes on in the
+    // program's own code after fork (stress-ng's workers, Python's multiprocessing) cannot.
     format!(
-        "{fact}; to trace a child's work, capture its program on its own (mgbench capture -- PROGRAM ...)"
+        "{fact}; a capture follows one process: a child that runs another program (exec) can \
+         be captured on its own (mgbench capture -- PROGRAM ...), but a worker that goes on in \
+         this program's code after fork cannot (run that work in threads or in the first \
+         process, where the program has a setting for it)"
     )
 }
 
