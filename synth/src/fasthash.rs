@@ -39,15 +39,15 @@ pub type Build = BuildHasherDefault<Fast>;
 
 /// A hasher for keys whose parts sit in their high bits (`page << 32 | n`): [`Fast`]'s
 /// multiply carries a key's low bits up but never its high bits down, and the table picks
-/// buckets by the low bits, so all pages of one `n` fell in one bucket. This one mixes
-/// every bit into every other (MurmurHash3's 64-bit finalizer).
+/// buckets by the low bits, so all pages of one `n` fell in one bucket. This one ends
+/// [`Fast`] with MurmurHash3's 64-bit finalizer, which mixes every bit into every other.
 #[derive(Default, Clone, Copy)]
-pub struct Mixed(u64);
+pub struct Mixed(Fast);
 
 impl Hasher for Mixed {
     #[inline]
     fn finish(&self) -> u64 {
-        let mut h = self.0;
+        let mut h = self.0.finish();
         h ^= h >> 33;
         h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
         h ^= h >> 33;
@@ -57,14 +57,12 @@ impl Hasher for Mixed {
 
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
+        self.0.write(bytes);
     }
 
     #[inline]
     fn write_u64(&mut self, v: u64) {
-        self.0 = self.0.rotate_left(5) ^ v;
+        self.0.write_u64(v);
     }
 }
 

@@ -1,5 +1,9 @@
 //! Helpers: running mgbench, temporary directories, the demo programs, tool gating.
 
+#[path = "../support/stale.rs"]
+mod stale;
+use stale::remove_stale;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -34,21 +38,7 @@ pub fn read_indices(path: &Path) -> Vec<u64> {
 pub fn temp_dir(tag: &str) -> PathBuf {
     let root = std::env::temp_dir();
     let prefix = format!("mgbench-cli-{tag}-");
-    if let Ok(entries) = std::fs::read_dir(&root) {
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(pid) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix(&prefix))
-                .and_then(|p| p.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
-    }
+    remove_stale(&prefix, |pid| pid.parse().ok());
     let d = root.join(format!("{prefix}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();

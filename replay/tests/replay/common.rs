@@ -1,5 +1,9 @@
 //! Helpers shared by the test modules.
 
+#[path = "../../../tests/support/stale.rs"]
+mod stale;
+use stale::remove_stale;
+
 use std::path::{Path, PathBuf};
 
 use mgbench_replay::config::{parse_config, Defaults, Origin, RunConfig};
@@ -34,27 +38,6 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
-}
-
-/// Removes what earlier runs of these tests left in the temporary directory: the entries
-/// named `PREFIX...` whose process (`pid_of` the rest of the name) is gone.
-fn remove_stale(prefix: &str, pid_of: impl Fn(&str) -> Option<u32>) {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(prefix))
-            .and_then(&pid_of)
-        else {
-            continue;
-        };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
 }
 
 /// Writes `text` to `dir/name` and returns the path.

@@ -1,5 +1,9 @@
 //! Helpers: the fixtures and the report built from them.
 
+#[path = "../../../tests/support/stale.rs"]
+mod stale;
+use stale::remove_stale;
+
 use std::path::{Path, PathBuf};
 
 use mgbench_report::{build, Report, ReportConfig};
@@ -26,27 +30,6 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-/// Removes what earlier runs of these tests left in the temporary directory: the entries
-/// named `PREFIX...` whose process (`pid_of` the rest of the name) is gone.
-fn remove_stale(prefix: &str, pid_of: impl Fn(&str) -> Option<u32>) {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(prefix))
-            .and_then(&pid_of)
-        else {
-            continue;
-        };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
 }
 
 /// Every `<svg ...>...</svg>` of the page.

@@ -1,5 +1,9 @@
 //! Building small traces for the tests.
 
+#[path = "../../../tests/support/stale.rs"]
+mod stale;
+use stale::remove_stale;
+
 use std::path::{Path, PathBuf};
 
 use mgbench_capture::trace::{
@@ -14,27 +18,6 @@ pub fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("mgbench-synth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
-}
-
-/// Removes what earlier runs of these tests left in the temporary directory: the entries
-/// named `PREFIX...` whose process (`pid_of` the rest of the name) is gone.
-fn remove_stale(prefix: &str, pid_of: impl Fn(&str) -> Option<u32>) {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(prefix))
-            .and_then(&pid_of)
-        else {
-            continue;
-        };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
 }
 
 pub fn meta() -> TraceMeta {
