@@ -34,14 +34,16 @@ pub struct ResultsWriter {
 }
 
 impl ResultsWriter {
-    /// Creates `dir` if needed and picks file names `<prefix>-<UTC time>-<pid>.{json,csv}`.
-    /// Writes empty documents at once, so an unwritable directory fails before any run.
-    pub fn create(dir: &Path, prefix: &str) -> Result<ResultsWriter, ResultsError> {
-        let stem = create_dir_and_stem(dir, prefix)?;
+    /// Creates `out` if needed and picks file names `<prefix>-<UTC time>-<pid>.{json,csv}`
+    /// in it, or, where `out` names a JSON file (see [`json_path`]), writes that file and
+    /// `.csv` beside it. Writes empty documents at once, so an unwritable directory fails
+    /// before any run.
+    pub fn create(out: &Path, prefix: &str) -> Result<ResultsWriter, ResultsError> {
+        let json = json_path(out, prefix)?;
         let mut w = ResultsWriter {
-            json_path: dir.join(format!("{stem}.json")),
-            csv_path: dir.join(format!("{stem}.csv")),
-            stream_path: dir.join(format!("{stem}-stream.json")),
+            csv_path: json.with_extension("csv"),
+            stream_path: beside(&json, "stream"),
+            json_path: json,
             records: Vec::new(),
         };
         w.flush()?;
@@ -71,14 +73,7 @@ impl ResultsWriter {
         &self,
         record: &crate::gpu::GpuStreamRecord,
     ) -> Result<(), ResultsError> {
-        let mut path = self.json_path.clone();
-        path.set_file_name(format!(
-            "{}-gpu-stream.json",
-            self.json_path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ));
+        let path = beside(&self.json_path, "gpu-stream");
         let mut bytes = serde_json::to_vec_pretty(record).map_err(ExportError::from)?;
         bytes.push(b'\n');
         write_atomically(&path, &bytes)
@@ -99,26 +94,51 @@ impl ResultsWriter {
     }
 }
 
-/// Creates `dir` if needed and returns this invocation's file stem,
-/// `<prefix>-<UTC time>-<pid>`.
-fn create_dir_and_stem(dir: &Path, prefix: &str) -> Result<String, ResultsError> {
-    fs::create_dir_all(dir).map_err(|cause| ResultsError::CreateDir {
-        path: dir.to_path_buf(),
-        cause,
-    })?;
+/// This invocation's JSON results file for `--out OUT`: OUT itself where it names a JSON
+/// file (`-o r1.json`, and no directory of that name exists: the CSV goes beside it, and
+/// `mgbench compare r1.json r2.json` reads it), else `<prefix>-<UTC time>-<pid>.json` in the
+/// directory OUT. (A `.json` OUT used to become a directory holding the usual files.) The
+/// directory is created if needed.
+pub fn json_path(out: &Path, prefix: &str) -> Result<PathBuf, ResultsError> {
+    let is_file = out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        && !out.is_dir();
+    let dir = match out.parent() {
+        Some(p) if is_file => p,
+        _ if is_file => Path::new(""),
+        _ => out,
+    };
+    if !dir.as_os_str().is_empty() {
+        fs::create_dir_all(dir).map_err(|cause| ResultsError::CreateDir {
+            path: dir.to_path_buf(),
+            cause,
+        })?;
+    }
+    if is_file {
+        return Ok(out.to_path_buf());
+    }
     let stamp = crate::record::now_rfc3339()
         .replace([':', '-'], "")
         .trim_end_matches('Z')
         .to_string();
-    Ok(format!("{prefix}-{stamp}Z-{}", std::process::id()))
+    Ok(out.join(format!("{prefix}-{stamp}Z-{}.json", std::process::id())))
+}
+
+/// `<stem>-<what>.json` beside the JSON file `json`.
+fn beside(json: &Path, what: &str) -> PathBuf {
+    let stem = json
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    json.with_file_name(format!("{stem}-{what}.json"))
 }
 
 /// Saves a STREAM record as `stream-<time>-<pid>.json` and `.csv` in `dir` (what `mgbench
 /// stream` keeps, like replay's results files); returns both paths.
 pub fn save_stream(dir: &Path, record: &StreamRecord) -> Result<(PathBuf, PathBuf), ResultsError> {
-    let stem = create_dir_and_stem(dir, "stream")?;
-    let json = dir.join(format!("{stem}.json"));
-    let csv = dir.join(format!("{stem}.csv"));
+    let json = json_path(dir, "stream")?;
+    let csv = json.with_extension("csv");
     write_atomically(&json, &JsonExporter.stream(record)?)?;
     write_atomically(&csv, &CsvExporter.stream(record)?)?;
     Ok((json, csv))
@@ -129,9 +149,8 @@ pub fn save_gpu_stream(
     dir: &Path,
     record: &crate::gpu::GpuStreamRecord,
 ) -> Result<(PathBuf, PathBuf), ResultsError> {
-    let stem = create_dir_and_stem(dir, "stream-gpu")?;
-    let json = dir.join(format!("{stem}.json"));
-    let csv = dir.join(format!("{stem}.csv"));
+    let json = json_path(dir, "stream-gpu")?;
+    let csv = json.with_extension("csv");
     let mut bytes = serde_json::to_vec_pretty(record).map_err(ExportError::from)?;
     bytes.push(b'\n');
     write_atomically(&json, &bytes)?;
@@ -197,6 +216,33 @@ mod tests {
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// `--out r1.json` is the results file (its CSV and STREAM baseline beside it, in a
+    /// directory made if needed); a directory, even one named `x.json`, gets the usual names.
+    #[test]
+    fn an_out_that_names_a_json_file_is_that_file() {
+        let d = temp("named");
+        let w = ResultsWriter::create(&d.join("sub/r1.json"), "replay").unwrap();
+        assert_eq!(w.json_path(), d.join("sub/r1.json"));
+        assert_eq!(w.csv_path(), d.join("sub/r1.csv"));
+        assert_eq!(w.stream_path(), d.join("sub/r1-stream.json"));
+        assert!(d.join("sub/r1.json").is_file() && d.join("sub/r1.csv").is_file());
+        assert_eq!(
+            json_path(&d.join("S.JSON"), "stream").unwrap(),
+            d.join("S.JSON")
+        );
+        fs::create_dir(d.join("dir.json")).unwrap();
+        let w = ResultsWriter::create(&d.join("dir.json"), "replay").unwrap();
+        assert_eq!(w.json_path().parent(), Some(d.join("dir.json").as_path()));
+        let name = w.json_path().file_name().unwrap().to_string_lossy();
+        assert!(
+            name.starts_with("replay-") && name.ends_with(".json"),
+            "{name}"
+        );
+        let w = ResultsWriter::create(&d.join("plain"), "replay").unwrap();
+        assert_eq!(w.json_path().parent(), Some(d.join("plain").as_path()));
+        fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

@@ -81,7 +81,8 @@ pub struct ReplayArgs {
     /// Output on stdout.
     #[arg(short = 'f', long, value_enum, default_value_t = Format::Table)]
     format: Format,
-    /// Directory for the results files (one JSON and one CSV per invocation).
+    /// Directory for the results files (one JSON and one CSV per invocation), or the JSON
+    /// file to write (a name ending in .json: its .csv and -stream.json go beside it).
     #[arg(short = 'o', long, default_value = "results")]
     out: PathBuf,
     /// Write no results files.
@@ -230,7 +231,8 @@ pub struct StreamArgs {
     /// CUDA device ordinal for --cuda.
     #[arg(long, value_name = "N", value_parser = non_negative)]
     device: Option<usize>,
-    /// Directory for the results files (stream-<time>-<pid>.json and .csv).
+    /// Directory for the results files (stream-<time>-<pid>.json and .csv), or the JSON file
+    /// to write (a name ending in .json: its .csv goes beside it).
     #[arg(short = 'o', long, default_value = "results")]
     out: PathBuf,
     /// Write no results files.
