@@ -398,6 +398,8 @@ pub struct Plot {
     /// Where data marks were drawn, in pixels: the legend goes to the place that hides the
     /// fewest of them.
     ink: Vec<Ink>,
+    /// Where labels on the data (rotated free text) were drawn: the legend hides none.
+    label_ink: Vec<Ink>,
     /// Category labels drawn instead of y ticks (horizontal bar charts), with their y values.
     y_categories: Vec<(f64, String)>,
     /// Tick labels of their own at these x values (binned x axes), instead of the format's.
@@ -433,6 +435,7 @@ impl Plot {
             skipped: 0,
             legend: Vec::new(),
             ink: Vec::new(),
+            label_ink: Vec::new(),
             y_categories: Vec::new(),
             x_labels: Vec::new(),
             x_ticks_at: None,
@@ -728,6 +731,17 @@ impl Plot {
                 .push((tx, ty, anchor, color.to_string(), s.to_string()));
             return;
         }
+        // Its baseline, from its anchor along the angle (the legend must not hide it).
+        let len = s.chars().count() as f64 * CHAR_PX * if anchor == "end" { -1.0 } else { 1.0 };
+        let (dx, dy) = (rotate.to_radians().cos(), rotate.to_radians().sin());
+        // ...and the tops of its letters, a letter's height away across it.
+        let (ux, uy) = (9.0 * dy, -9.0 * dx);
+        for (ox, oy) in [(0.0, 0.0), (ux, uy)] {
+            self.label_ink.push(Ink::Segment(
+                (tx + ox, ty + oy),
+                (tx + ox + len * dx, ty + oy + len * dy),
+            ));
+        }
         let rot = format!(" transform=\"rotate({rotate:.1} {tx:.1} {ty:.1})\"");
         let _ = write!(
             self.refs,
@@ -742,11 +756,81 @@ impl Plot {
         dy.atan2(dx).to_degrees()
     }
 
-    /// The SVG: frame, grid, ticks, axis labels, reference lines, marks, legend.
-    pub fn finish(self) -> Svg {
-        let (w, h) = (self.width, self.height);
+    /// The legend's box (x, y, width, height) and whether it is below the frame: inside the
+    /// frame at the place that hides nothing (data marks, labels on the data, reference
+    /// labels), top-right first, then the other corners, then the middles of the sides; where
+    /// every place hides something, below the frame, under the x axis's label. (A profile's
+    /// ten pattern names covered the machines' labels and sent three reference labels to one
+    /// spot in the bandwidth-bandwidth figure.)
+    fn legend_place(&self) -> (f64, f64, f64, f64, bool) {
         let (l, t) = (self.left, self.top);
         let (pw, ph) = (self.plot_w(), self.plot_h());
+        let longest = self
+            .legend
+            .iter()
+            .map(|e| e.0.chars().count())
+            .max()
+            .unwrap_or(0);
+        let lw = (longest as f64 * 6.2 + 34.0).min(pw - 8.0);
+        let lh = self.legend.len() as f64 * 15.0 + 6.0;
+        let (right, left_x, mid_x) = (l + pw - lw - 4.0, l + 4.0, l + (pw - lw) / 2.0);
+        let (top_y, bottom_y, mid_y) = (t + 4.0, t + ph - lh - 4.0, t + (ph - lh) / 2.0);
+        let places = [
+            (right, top_y),
+            (left_x, top_y),
+            (right, bottom_y),
+            (left_x, bottom_y),
+            (right, mid_y),
+            (left_x, mid_y),
+            (mid_x, top_y),
+            (mid_x, bottom_y),
+        ];
+        if self.legend.is_empty() {
+            return (places[0].0, places[0].1, lw, lh, false);
+        }
+        let refs: Vec<Ink> = self
+            .ref_labels
+            .iter()
+            .map(|(tx, ty, anchor, _, label)| {
+                let width = label.chars().count() as f64 * CHAR_PX;
+                let x0 = if *anchor == "end" { tx - width } else { *tx };
+                Ink::Box(x0, ty - 9.0, x0 + width, ty + 3.0)
+            })
+            .collect();
+        let hidden = |&(x, y): &(f64, f64)| {
+            let b = (x - 2.0, y - 2.0, x + lw + 2.0, y + lh + 2.0);
+            let labels = self.label_ink.iter().chain(&refs).filter(|i| i.meets(b));
+            // A label hidden costs more than a mark: marks are many, a label is read.
+            self.ink.iter().filter(|i| i.meets(b)).count() + 8 * labels.count()
+        };
+        let best = places
+            .iter()
+            .copied()
+            .min_by_key(|c| hidden(c))
+            .unwrap_or(places[0]);
+        // Small legends stay inside even where they hide a few marks (as they always have);
+        // a tall one, or one that would hide a label, goes below.
+        let cost = hidden(&best);
+        if cost >= 8 || (cost > 0 && self.legend.len() > 4) {
+            return (l, self.height + 2.0, lw.max(pw / 2.0).min(pw), lh, true);
+        }
+        (best.0, best.1, lw, lh, false)
+    }
+
+    /// The SVG: frame, grid, ticks, axis labels, reference lines, marks, legend.
+    pub fn finish(self) -> Svg {
+        let (l, t) = (self.left, self.top);
+        let (pw, ph) = (self.plot_w(), self.plot_h());
+        let (lx, ly, lw, lh, below) = self.legend_place();
+        // A legend below the frame makes the figure that much taller.
+        let (w, h) = (
+            self.width,
+            if below {
+                self.height + lh + 6.0
+            } else {
+                self.height
+            },
+        );
         let mut s = String::with_capacity(self.body.len() + 4096);
         let _ = write!(
             s,
@@ -848,7 +932,7 @@ impl Plot {
             s,
             "<text class=\"axis-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"12\">{}</text>",
             l + pw / 2.0,
-            h - 10.0,
+            self.height - 10.0,
             esc(&shorten(&self.x.label, (pw / 7.2) as usize))
         );
         if self.y_categories.is_empty() {
@@ -862,42 +946,6 @@ impl Plot {
         }
         s.push_str(&self.refs);
         s.push_str(&self.body);
-        // The legend's box: top-right inside the frame.
-        let longest = self
-            .legend
-            .iter()
-            .map(|e| e.0.chars().count())
-            .max()
-            .unwrap_or(0);
-        let lw = (longest as f64 * 6.2 + 34.0).min(pw - 8.0);
-        let lh = self.legend.len() as f64 * 15.0 + 6.0;
-        // The place whose box hides the fewest data marks: top-right unless data lie there,
-        // then the other corners, then the middles of the sides.
-        let (right, left_x, mid_x) = (l + pw - lw - 4.0, l + 4.0, l + (pw - lw) / 2.0);
-        let (top_y, bottom_y, mid_y) = (t + 4.0, t + ph - lh - 4.0, t + (ph - lh) / 2.0);
-        let places = [
-            (right, top_y),
-            (left_x, top_y),
-            (right, bottom_y),
-            (left_x, bottom_y),
-            (right, mid_y),
-            (left_x, mid_y),
-            (mid_x, top_y),
-            (mid_x, bottom_y),
-        ];
-        let hidden = |&(x, y): &(f64, f64)| {
-            let b = (x - 2.0, y - 2.0, x + lw + 2.0, y + lh + 2.0);
-            self.ink.iter().filter(|i| i.meets(b)).count()
-        };
-        let (lx, ly) = if self.legend.is_empty() {
-            places[0]
-        } else {
-            places
-                .iter()
-                .copied()
-                .min_by_key(|c| hidden(c))
-                .unwrap_or(places[0])
-        };
         let legend_below = ly + lh / 2.0 > t + ph / 2.0;
         // Reference labels over the data marks, on a white halo; one the legend would hide goes
         // just past it, towards the middle of the frame.
@@ -1215,5 +1263,53 @@ mod tests {
         assert!(Ink::Segment((15.0, 15.0), (15.0, 15.0)).meets(b));
         assert!(Ink::Box(18.0, 18.0, 40.0, 40.0).meets(b));
         assert!(!Ink::Box(21.0, 0.0, 40.0, 40.0).meets(b));
+    }
+
+    /// A legend never hides a label on the data or a reference label: it goes where none is,
+    /// or below the frame, and the figure grows to hold it (as the bandwidth-bandwidth figure
+    /// of ten LAMMPS patterns needed).
+    #[test]
+    fn the_legend_hides_no_label() {
+        let axis = |label: &str| Axis {
+            label: label.into(),
+            scale: Scale::Linear { min: 0.0, max: 1.0 },
+            format: fmt_num,
+        };
+        let height = |svg: &str| -> f64 {
+            let v = &svg[svg.find("height=\"").unwrap() + 8..];
+            v[..v.find('"').unwrap()].parse().unwrap()
+        };
+        // A label along the top right: a one-entry legend goes top-left.
+        let mut p = Plot::new("l", 400.0, 300.0, 50.0, axis("x"), axis("y"));
+        p.line(&[(0.0, 0.0), (0.2, 0.1)], "#000", Dash::Solid, "data");
+        p.text(0.55, 0.85, "a label on the data", "#444", -10.0);
+        p.legend("entry", "#000", Dash::Solid, false);
+        let svg = p.finish().text;
+        let (x, y) = legend_at(&svg);
+        assert!(x < 100.0 && y < 50.0, "{x} {y}");
+        assert_eq!(height(&svg), 300.0);
+        // Labels in every corner and side, and ten long entries: below the frame.
+        let mut p = Plot::new("l", 400.0, 300.0, 50.0, axis("x"), axis("y"));
+        for (x, y) in [
+            (0.05, 0.95),
+            (0.6, 0.95),
+            (0.05, 0.1),
+            (0.6, 0.1),
+            (0.3, 0.5),
+        ] {
+            p.text(x, y, "a label on the data here", "#444", -5.0);
+        }
+        for i in 0..10 {
+            p.legend(
+                &format!("a long pattern name, number {i}"),
+                "#000",
+                Dash::Solid,
+                false,
+            );
+        }
+        let svg = p.finish().text;
+        let (_, y) = legend_at(&svg);
+        assert!(y >= 300.0, "{y}");
+        assert_eq!(height(&svg), 300.0 + 10.0 * 15.0 + 6.0 + 6.0);
     }
 }
