@@ -104,10 +104,10 @@ pub fn json_path(out: &Path, prefix: &str) -> Result<PathBuf, ResultsError> {
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"))
         && !out.is_dir();
-    let dir = match out.parent() {
-        Some(p) if is_file => p,
-        _ if is_file => Path::new(""),
-        _ => out,
+    let dir = if is_file {
+        out.parent().unwrap_or(Path::new(""))
+    } else {
+        out
     };
     if !dir.as_os_str().is_empty() {
         fs::create_dir_all(dir).map_err(|cause| ResultsError::CreateDir {

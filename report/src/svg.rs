@@ -946,25 +946,9 @@ impl Plot {
         }
         s.push_str(&self.refs);
         s.push_str(&self.body);
-        let legend_below = ly + lh / 2.0 > t + ph / 2.0;
-        // Reference labels over the data marks, on a white halo; one the legend would hide goes
-        // just past it, towards the middle of the frame.
+        // Reference labels over the data marks, on a white halo (the legend's place hides none:
+        // see `legend_place`).
         for (tx, ty, anchor, color, label) in &self.ref_labels {
-            let width = label.chars().count() as f64 * CHAR_PX;
-            let (x0, x1) = match *anchor {
-                "end" => (tx - width, *tx),
-                _ => (*tx, tx + width),
-            };
-            let under_legend = !self.legend.is_empty()
-                && x1 > lx
-                && x0 < lx + lw
-                && ty + 3.0 > ly
-                && ty - 9.0 < ly + lh;
-            let ty = match (under_legend, legend_below) {
-                (false, _) => *ty,
-                (true, false) => ly + lh + 12.0,
-                (true, true) => ly - 4.0,
-            };
             let _ = write!(
                 s,
                 "<text class=\"ref-label\" x=\"{tx:.1}\" y=\"{ty:.1}\" text-anchor=\"{anchor}\" font-size=\"10\" fill=\"{color}\" stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\">{}</text>",

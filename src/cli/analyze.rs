@@ -179,11 +179,14 @@ fn human(bytes: u64) -> String {
     mgbench_replay::plan::human_bytes(u128::from(bytes))
 }
 
+/// Characters of the table's name column.
+const NAME_WIDTH: usize = 28;
+
 /// A C++ function's name without its parameters and return type where it would not fit the
 /// column (`LAMMPS_NS::PairLJCut::compute`, not `LAMMPS_NS::~ompute(int, int)`); the JSON keeps
 /// it whole.
 fn short_name(name: &str) -> &str {
-    if name.chars().count() <= 28 {
+    if name.chars().count() <= NAME_WIDTH {
         return name;
     }
     mgbench_capture::symbols::call_names(name)
@@ -200,8 +203,8 @@ fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
     };
     writeln!(
         out,
-        "{:<28} {:>12} {:>7.3} {:>8.3} {:>9.1} {:>6.3} {:>6.1} {:>6.1}  {apex}",
-        mgbench_replay::export::truncate(short_name(name), 28),
+        "{:<w$} {:>12} {:>7.3} {:>8.3} {:>9.1} {:>6.3} {:>6.1} {:>6.1}  {apex}",
+        mgbench_replay::export::truncate(short_name(name), NAME_WIDTH),
         l.references,
         l.spatial_score,
         l.temporal_score,
@@ -209,6 +212,7 @@ fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
         f.growth,
         f.strided_pct,
         f.irregular_pct,
+        w = NAME_WIDTH,
     )
 }
 
@@ -229,7 +233,7 @@ fn table(r: &LocalityReport, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "{:<28} {:>12} {:>7} {:>8} {:>9} {:>6} {:>6} {:>6}  {:>5} {:>7} {:>8}",
+        "{:<w$} {:>12} {:>7} {:>8} {:>9} {:>6} {:>6} {:>6}  {:>5} {:>7} {:>8}",
         "",
         "references",
         "spatial",
@@ -240,7 +244,8 @@ fn table(r: &LocalityReport, out: &mut impl Write) -> std::io::Result<()> {
         "F_irr%",
         "L",
         "K",
-        "residual"
+        "residual",
+        w = NAME_WIDTH,
     )?;
     row("(program)", &r.program_locality, out)?;
     for f in &r.functions {

@@ -171,11 +171,12 @@ fn mine(
     with_apex: bool,
     unnamed_if_nothing_else: bool,
 ) -> Result<(SynthReport, Option<PathBuf>)> {
-    let mut cfg = opts.config();
-    let mut report = {
+    let mine_with = |cfg: &SynthConfig| {
         let _bar = Display::start(&cfg.progress, Style::Bytes);
-        synthesize(trace, &cfg)?
+        synthesize(trace, cfg)
     };
+    let mut cfg = opts.config();
+    let mut report = mine_with(&cfg)?;
     let unnamed = report
         .candidates
         .iter()
@@ -191,10 +192,7 @@ fn mine(
             report.filter_summary()
         );
         cfg.keep_unsymbolized = true;
-        report = {
-            let _bar = Display::start(&cfg.progress, Style::Bytes);
-            synthesize(trace, &cfg)?
-        };
+        report = mine_with(&cfg)?;
     }
     let apex = if with_apex {
         let _bar = Display::start(&cfg.progress, Style::Bytes);
