@@ -35,7 +35,7 @@ pub struct SynthArgs {
 /// Thresholds (GS Patterns' Table 1), shared by `synth` and `profile`.
 #[derive(Debug, Args)]
 pub struct SynthOptions {
-    /// Keep the top N candidates by flagged windows.
+    /// Keep the top N, by flagged windows, of the candidates the other filters keep.
     #[arg(long, default_value_t = 10, value_parser = non_negative)]
     top: usize,
     /// Rows (instruction addresses) per window.
@@ -405,7 +405,8 @@ pub fn profile(args: ProfileArgs) -> Result<i32> {
             p.name,
             match (
                 &p.source.inlined,
-                p.source.function.as_deref().unwrap_or("??")
+                // Named by its file and its address there (`objdump -d` takes it).
+                p.source.function.as_deref().unwrap_or("no symbol")
             ) {
                 (Some(i), f) => format!("{}, inlined in {f}", call_names(i).next().unwrap_or(i)),
                 (None, f) => f.to_string(),

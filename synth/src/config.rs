@@ -8,7 +8,7 @@ pub struct SynthConfig {
     pub window_rows: usize,
     /// A row is analysed when it holds this many bytes of indices (8 x 8 B, 16 x 4 B).
     pub row_bytes: usize,
-    /// Keep the top N candidates by number of flagged windows.
+    /// Keep the top N, by flagged windows, of the candidates the other filters keep.
     pub top: usize,
     /// Drop candidates with fewer dynamic instances.
     pub min_instances: u64,

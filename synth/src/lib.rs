@@ -4,9 +4,10 @@
 //!
 //! Two streaming passes over the trace: pass 1 runs GS Patterns' windows over every access
 //! ([`window`]); the candidates then go through the paper's Table 1 filters (regular-only,
-//! unsymbolized, not in the top N, too few instances); pass 2 records the survivors' element
-//! indices ([`record`]), applies the last filter (few unique distances and few far jumps) and
-//! recovers delta/count when a stream repeats with a constant shift.
+//! unsymbolized, too few instances, few unique distances and few far jumps where pass 1 could
+//! count them, then the top N of those left); pass 2 records the survivors' element indices
+//! ([`record`]), applies the distance filter where pass 1 could not, and recovers delta/count
+//! when a stream repeats with a constant shift.
 //!
 //! ```no_run
 //! use mgbench_synth::{synthesize, SynthConfig};
@@ -466,40 +467,56 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             .then(b.instances.cmp(&a.instances))
             .then(sa.ip.cmp(&sb.ip))
     });
+    let ids: HashMap<u64, usize, fasthash::Build> =
+        stats.iter().enumerate().map(|(i, st)| (st.ip, i)).collect();
     let mut rank = 0usize;
     // Candidates without a symbol that would have ranked in the top N, and the first of them.
     let mut unnamed_in_top: (usize, Option<String>) = (0, None);
     for (c, st) in candidates.iter_mut() {
-        if c.verdict == Verdict::Unsymbolized && rank < cfg.top {
-            unnamed_in_top.0 += 1;
-            unnamed_in_top.1.get_or_insert_with(|| {
-                format!(
-                    "{} ({} {}, {} flagged windows, {} instances)",
-                    place_in_file(&c.source, st.ip),
-                    c.ip,
-                    c.kind.as_str(),
-                    c.flagged_windows,
-                    c.instances
-                )
-            });
+        if !matches!(c.verdict, Verdict::Kept | Verdict::Unsymbolized) {
+            continue;
         }
-        if c.verdict != Verdict::Kept {
+        // Filters 4 and 5 (where pass 1 decided 5) come before the rank, so that the top N
+        // are N that the filters keep: ranked first, NumPy's `x[idx]` gather came 12th behind
+        // nine that filter 5 then dropped, and a script's profile replayed one pattern.
+        let dropped = if c.instances < cfg.min_instances {
+            Some(Verdict::FewInstances {
+                instances: c.instances,
+                min: cfg.min_instances,
+            })
+        } else if prefilter {
+            let d = &dists[ids[&st.ip]][usize::from(c.kind == PatternKind::Scatter)];
+            few_distances(d.unique(), d.far_fraction(c.instances), cfg)
+        } else {
+            None
+        };
+        if c.verdict == Verdict::Unsymbolized {
+            if dropped.is_none() && rank < cfg.top {
+                unnamed_in_top.0 += 1;
+                unnamed_in_top.1.get_or_insert_with(|| {
+                    format!(
+                        "{} ({} {}, {} flagged windows, {} instances)",
+                        place_in_file(&c.source, st.ip),
+                        c.ip,
+                        c.kind.as_str(),
+                        c.flagged_windows,
+                        c.instances
+                    )
+                });
+            }
+            continue;
+        }
+        if let Some(v) = dropped {
+            c.verdict = v;
             continue;
         }
         rank += 1;
         if rank > cfg.top {
             c.verdict = Verdict::NotInTop { rank, top: cfg.top };
-        } else if c.instances < cfg.min_instances {
-            c.verdict = Verdict::FewInstances {
-                instances: c.instances,
-                min: cfg.min_instances,
-            };
         }
     }
 
     // Pass 2, only for survivors that pass 1 did not record from their first access.
-    let ids: HashMap<u64, usize, fasthash::Build> =
-        stats.iter().enumerate().map(|(i, st)| (st.ip, i)).collect();
     let mut recorders: HashMap<(u64, bool), (usize, Recorder, u64), fasthash::Build> =
         HashMap::default();
     let mut need_pass2 = false;
@@ -509,14 +526,6 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
         }
         let kind = usize::from(c.kind == PatternKind::Scatter);
         let id = ids[&st.ip];
-        if prefilter {
-            // Filter 5 from pass 1's exact numbers: a dropped candidate needs no recording.
-            let d = &dists[id][kind];
-            if let Some(v) = few_distances(d.unique(), d.far_fraction(c.instances), cfg) {
-                c.verdict = v;
-                continue;
-            }
-        }
         let slot = &mut spec[id][kind];
         let rec = match std::mem::replace(slot, window::Speculation::Dropped) {
             window::Speculation::Recording(r) => *r,

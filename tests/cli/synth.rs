@@ -378,6 +378,12 @@ fn profile_of_a_stripped_program_replays_its_unnamed_patterns() {
             .any(|l| l.starts_with("gather+0x") && l.contains("gather ")),
         "{err}"
     );
+    // And where it comes from says it has no symbol, not "??".
+    assert!(
+        err.lines()
+            .any(|l| l.trim_start().starts_with("gather+0x") && l.contains(" no symbol (")),
+        "{err}"
+    );
 }
 
 #[test]

@@ -149,6 +149,45 @@ fn stencils_and_strides_are_filtered_out() {
     assert!(r.filter_summary().contains("regular"));
 }
 
+/// The top N are ranked among candidates the other filters keep: an instruction flagged in
+/// more windows that filter 5 drops (two distances, back and forth) takes no place from a real
+/// gather flagged in fewer (NumPy's `x[idx]` gather came 12th of a script's, and was lost).
+#[test]
+fn the_top_n_are_ranked_among_the_kept() {
+    let cols = randoms(6000, 1 << 20, 7);
+    let mut v = Vec::new();
+    for (j, &c) in cols.iter().enumerate() {
+        v.push(load(0x405000, 100 * (j as u64 % 2))); // flagged everywhere, two distances
+        if j >= 3000 {
+            v.push(load(0x405004, c)); // the gather, in the second half only
+        }
+    }
+    let path = temp("top-kept.mgbt");
+    write_trace(&path, &v, 2048);
+    let r = synthesize(&path, &SynthConfig { top: 1, ..cfg() }).unwrap();
+    let seesaw = r.candidates.iter().find(|c| c.ip == "0x405000").unwrap();
+    let gather = r.candidates.iter().find(|c| c.ip == "0x405004").unwrap();
+    assert!(
+        seesaw.flagged_windows > gather.flagged_windows,
+        "{:?}",
+        r.candidates
+    );
+    assert!(
+        matches!(
+            seesaw.verdict,
+            Verdict::FewDistances {
+                unique_distances: 2,
+                ..
+            }
+        ),
+        "{:?}",
+        seesaw.verdict
+    );
+    assert_eq!(gather.verdict, Verdict::Kept);
+    assert_eq!(r.patterns.len(), 1);
+    assert_eq!(r.patterns[0].source.ip, "0x405004");
+}
+
 #[test]
 fn thresholds_change_results_as_documented() {
     let cols = randoms(3000, 1 << 20, 3);
