@@ -662,6 +662,28 @@ fn inlined_copies(path: &Path, name: &str) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// A "function (file:line)" or "function [object]" source as a table shows it: a C++
+/// function without its parameters and return type (`nbnxm_kernel_F_4xm [libgromacs.so.7]`,
+/// where GROMACS's kernels' signatures made three of them fill 400 characters); anything
+/// else as it is.
+pub fn short_source(source: &str) -> String {
+    let cut = if source.ends_with(')') {
+        source.rfind(" (")
+    } else if source.ends_with(']') {
+        source.rfind(" [")
+    } else {
+        None
+    };
+    let (function, place) = source.split_at(cut.unwrap_or(source.len()));
+    if !function.contains('(') {
+        return source.to_string();
+    }
+    match call_names(function).next().filter(|n| !n.is_empty()) {
+        Some(name) => format!("{name}{place}"),
+        None => source.to_string(),
+    }
+}
+
 /// The names a demangled function name answers to, besides itself: without its parameters
 /// and return type (`double k::gather<double>(std::vector<...> const&)` is
 /// `k::gather<double>`), without its template arguments (`k::gather`), and its last
@@ -1334,6 +1356,27 @@ pub fn debug_file(path: &Path, file: &object::File) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_sources_drop_parameters_and_keep_the_place() {
+        let f = "nbnxm_kernel_F_4xm(NbnxnPairlistCpu const*, float const (*) [3])";
+        assert_eq!(
+            short_source(&format!("{f} [libgromacs.so.7.0.0]")),
+            "nbnxm_kernel_F_4xm [libgromacs.so.7.0.0]"
+        );
+        assert_eq!(
+            short_source("double k::gather<double>(std::vector<int> const&) (k.cc:12)"),
+            "k::gather<double> (k.cc:12)"
+        );
+        for same in [
+            "do_lookup_x (dl-lookup.c:388)",
+            "?? [libc.so.6]",
+            "main",
+            "erff64 (s_erf.c:226)",
+        ] {
+            assert_eq!(short_source(same), same);
+        }
+    }
 
     #[test]
     fn code_references_find_lea_call_and_immediate_targets() {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use mgbench_capture::symbols::short_source;
 use mgbench_replay::results::write_atomically;
 use mgbench_synth::affinity::{
     affinity, compare, zoom, AffinityComparison, AffinityConfig, AffinityReport, AffinityVector,
@@ -249,6 +250,9 @@ fn bytes(b: u64) -> String {
     mgbench_replay::plan::human_bytes(u128::from(b))
 }
 
+/// Most segments the table lists.
+const SEGMENTS_SHOWN: usize = 16;
+
 fn zoom_table(r: &ZoomReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
@@ -256,7 +260,15 @@ fn zoom_table(r: &ZoomReport, out: &mut dyn Write) -> std::io::Result<()> {
         r.trace, r.accesses, r.mode, r.threads
     )?;
     writeln!(out, "\nsegments:")?;
-    for s in &r.segments {
+    // The hottest, and none that rounds to 0.00% (GROMACS touches 62 segments, 40 of them
+    // so): the rest in one line, all of them in the JSON.
+    let shown = r
+        .segments
+        .iter()
+        .take(SEGMENTS_SHOWN)
+        .take_while(|s| s.share >= 0.000_05)
+        .count();
+    for s in &r.segments[..shown] {
         writeln!(
             out,
             "  {:<8} {:<37} {:>6.2}% of accesses, footprint {:>10}  {}",
@@ -269,6 +281,14 @@ fn zoom_table(r: &ZoomReport, out: &mut dyn Write) -> std::io::Result<()> {
                 Some("") => "(anonymous)",
                 Some(m) => m,
             }
+        )?;
+    }
+    if let rest @ [_, ..] = &r.segments[shown..] {
+        writeln!(
+            out,
+            "  ... {} more with {:.2}% of accesses in all (--format json lists them)",
+            rest.len(),
+            100.0 * rest.iter().map(|s| s.share).sum::<f64>()
         )?;
     }
     writeln!(
@@ -293,13 +313,17 @@ fn zoom_table(r: &ZoomReport, out: &mut dyn Write) -> std::io::Result<()> {
             opt(g.reuse_distance, 0),
             g.code
                 .iter()
-                .map(|c| format!("{} {:.0}%", c.source, 100.0 * c.share))
+                .map(|c| format!("{} {:.0}%", short_source(&c.source), 100.0 * c.share))
                 .collect::<Vec<_>>()
                 .join("; ")
         )?;
     }
     if r.regions.len() > 20 {
-        writeln!(out, "  ... {} more in the JSON", r.regions.len() - 20)?;
+        writeln!(
+            out,
+            "  ... {} more (--format json lists them)",
+            r.regions.len() - 20
+        )?;
     }
     // The interval tree: the level with about 16 nodes, poorest reuse flagged.
     if let Some(level) = r.intervals.iter().find(|l| l.len() <= 16) {
@@ -379,7 +403,7 @@ fn affinity_table(r: &AffinityReport, out: &mut dyn Write) -> std::io::Result<()
             g.blocks,
             g.code
                 .as_deref()
-                .map(|c| format!(": {c}"))
+                .map(|c| format!(": {}", short_source(c)))
                 .unwrap_or_default()
         )?;
         writeln!(out, "  {}", vector_line(&g.vector))?;
@@ -426,7 +450,7 @@ fn compare_table(c: &AffinityComparison, out: &mut dyn Write) -> std::io::Result
                     out,
                     "  {name} {} {}\n    {}  mean AI gamma SA(+1) {:.4}",
                     s.range,
-                    s.code.as_deref().unwrap_or(""),
+                    s.code.as_deref().map(short_source).unwrap_or_default(),
                     vector_line(&s.vector),
                     s.sa_next_mean
                 )?,

@@ -403,16 +403,20 @@ pub fn profile(args: ProfileArgs) -> Result<i32> {
         eprintln!(
             "  {:<32} {} ({}), {} dynamic instances, element size {} B",
             p.name,
-            match (
-                &p.source.inlined,
-                // Named by its file and its address there (`objdump -d` takes it).
-                p.source.function.as_deref().unwrap_or("no symbol")
-            ) {
-                (Some(i), f) => format!("{}, inlined in {f}", call_names(i).next().unwrap_or(i)),
-                (None, f) => f.to_string(),
+            {
+                // Names without their parameters, as in the patterns' names (GROMACS's
+                // kernels' signatures made each line 250 characters).
+                let short = |f: &str| call_names(f).next().unwrap_or(f).to_string();
+                match (&p.source.inlined, &p.source.function) {
+                    (Some(i), Some(f)) => format!("{}, inlined in {}", short(i), short(f)),
+                    (Some(i), None) => short(i),
+                    (None, Some(f)) => short(f),
+                    (None, None) => "no symbol".to_string(),
+                }
             },
-            match (&p.source.file, p.source.line) {
-                (Some(f), Some(l)) => format!("{f}:{l}"),
+            match (&p.source.file, p.source.line, &p.source.place) {
+                (Some(f), Some(l), _) => format!("{f}:{l}"),
+                (_, _, Some(place)) => place.clone(),
                 _ => p.source.ip.clone(),
             },
             p.instances,

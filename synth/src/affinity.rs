@@ -118,8 +118,7 @@ pub struct Code {
     pub function: Option<String>,
     /// "function (file:line)".
     pub source: String,
-    /// Of the region's accesses (from per-page counts: approximate where more than four
-    /// instructions share a page).
+    /// Of the region's accesses (from exact per-page counts of each instruction).
     pub share: f64,
 }
 

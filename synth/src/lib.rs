@@ -75,6 +75,10 @@ pub struct Source {
     pub line: Option<u32>,
     /// Instruction address, "0x401136".
     pub ip: String,
+    /// Its file and its address there, "libgromacs.so.7+0x4a3cbf" (what `objdump -d` and
+    /// `addr2line -e` take, the same from run to run; absent where no file holds it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub place: Option<String>,
 }
 
 /// Numbers behind the filters, in the output's `synth` key.
@@ -337,11 +341,13 @@ fn describe_compression(c: &Compression, cap: usize) -> String {
 /// (its file and its address there, which `addr2line -e` and `objdump` take and which stay
 /// the same from run to run), or its run-time address where no file holds it.
 fn place_in_file(source: &SourceLocation, ip: u64) -> String {
-    let file = source.object.as_deref().map(short_path);
-    match (file, source.link_addr) {
-        (Some(f), Some(off)) => format!("{f}+{off:#x}"),
-        _ => format!("{ip:#x}"),
-    }
+    file_place(source).unwrap_or_else(|| format!("{ip:#x}"))
+}
+
+/// "libfoo.so+0x1a08ef", where a file holds the instruction.
+fn file_place(source: &SourceLocation) -> Option<String> {
+    let file = source.object.as_deref().map(short_path)?;
+    Some(format!("{file}+{:#x}", source.link_addr?))
 }
 
 /// Runs both passes and the filters over the trace at `path`.
@@ -628,6 +634,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
                 file: c.source.file.clone(),
                 line: c.source.line,
                 ip: c.ip.clone(),
+                place: file_place(&c.source),
             },
             instances: r.instances,
             element_size: size as u8,

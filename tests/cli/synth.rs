@@ -371,6 +371,15 @@ fn profile_of_a_stripped_program_replays_its_unnamed_patterns() {
             .any(|n| n.starts_with("gather+0x") && n.ends_with("-gather")),
         "{names:?}"
     );
+    // Its source says the same place, for objdump.
+    for p in patterns.as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        let place = p["source"]["place"].as_str().unwrap_or_default();
+        assert!(
+            name.starts_with(&format!("{place}-")) && place.starts_with("gather+0x"),
+            "{p}"
+        );
+    }
     // Replayed beside STREAM, under that name.
     assert!(err.contains("Triad:"), "{err}");
     assert!(

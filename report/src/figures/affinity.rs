@@ -4,6 +4,7 @@
 //! signal, the PDFs of the per-block scores over its hot cluster, and a radar of the
 //! affinity vectors; for a comparison, both variants' radar and PDFs together.
 
+use mgbench_capture::symbols::short_source;
 use mgbench_synth::affinity::{
     AffinityComparison, AffinityReport, AffinityVector, HeatCell, Heatmap, Pdf, RegionReport,
     ZoomReport,
@@ -52,7 +53,9 @@ pub fn sections(reports: &[(String, AffinityReport)], ids: &mut Ids) -> Vec<Sect
                     " The heatmaps, signal and PDFs are of the hottest region, {} {} ({}).",
                     g.class,
                     g.range,
-                    g.code.as_deref().unwrap_or("code unknown")
+                    g.code
+                        .as_deref()
+                        .map_or("code unknown".into(), short_source)
                 ));
             }
             for n in &r.notes {
