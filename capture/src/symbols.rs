@@ -675,12 +675,18 @@ pub fn short_source(source: &str) -> String {
         None
     };
     let (function, place) = source.split_at(cut.unwrap_or(source.len()));
-    if !function.contains('(') {
-        return source.to_string();
-    }
-    match call_names(function).next().filter(|n| !n.is_empty()) {
-        Some(name) => format!("{name}{place}"),
-        None => source.to_string(),
+    let short = |f: &'_ str| -> String {
+        match call_names(f)
+            .next()
+            .filter(|n| f.contains('(') && !n.is_empty())
+        {
+            Some(name) => name.to_string(),
+            None => f.to_string(),
+        }
+    };
+    match function.split_once(", inlined in ") {
+        Some((inner, outer)) => format!("{}, inlined in {}{place}", short(inner), short(outer)),
+        None => format!("{}{place}", short(function)),
     }
 }
 
@@ -1368,7 +1374,12 @@ mod tests {
             short_source("double k::gather<double>(std::vector<int> const&) (k.cc:12)"),
             "k::gather<double> (k.cc:12)"
         );
+        assert_eq!(
+            short_source("k::gather<double>, inlined in main(int, char**) (g.c:4)"),
+            "k::gather<double>, inlined in main (g.c:4)"
+        );
         for same in [
+            "gather, inlined in main (g.c:4)",
             "do_lookup_x (dl-lookup.c:388)",
             "?? [libc.so.6]",
             "main",

@@ -435,7 +435,7 @@ fn info(file: &Path, format: InfoFormat, top: usize) -> Result<i32> {
                     t.ip,
                     t.loads,
                     t.stores,
-                    t.source.describe_instruction()
+                    mgbench_capture::symbols::short_source(&t.source.describe_instruction())
                 )?;
             }
         }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
+use mgbench_capture::symbols::short_source;
 use mgbench_replay::results::write_atomically;
 use mgbench_synth::locality::rdx::{
     distinct_from_last_uses, phases_allowed, Attribution, RdxConfig,
@@ -531,9 +532,9 @@ fn table(r: &ReuseReport, out: &mut impl Write) -> std::io::Result<()> {
             p.weight,
             p.traps,
             p.use_ip,
-            p.use_source,
+            short_source(&p.use_source),
             match (&p.reuse_ip, &p.reuse_source) {
-                (Some(ip), Some(src)) => format!("{ip} {src}"),
+                (Some(ip), Some(src)) => format!("{ip} {}", short_source(src)),
                 _ if p.mean_time.is_some() => "(reused; the instruction is not known live)".into(),
                 _ => "(no reuse before the end)".into(),
             }
