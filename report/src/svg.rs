@@ -923,7 +923,7 @@ impl Plot {
                     "<text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"10\">{}</text>",
                     l - 4.0,
                     y + 3.5,
-                    esc(&shorten(label, max_chars))
+                    esc(&shorten_middle(label, max_chars))
                 );
             }
         }
@@ -986,7 +986,7 @@ impl Plot {
                     s,
                     "<text x=\"{:.1}\" y=\"{y:.1}\" font-size=\"10\">{}</text>",
                     lx + 25.0,
-                    esc(&shorten(label, max_chars))
+                    esc(&shorten_middle(label, max_chars))
                 );
             }
             s.push_str("</g>");
@@ -1021,6 +1021,24 @@ fn label_step(ticks: &[(f64, String)]) -> usize {
         return 1;
     }
     ((widest + 4.0) / closest).ceil().max(1.0) as usize
+}
+
+/// A name cut in its middle to `max` characters, its end kept: ten GROMACS patterns'
+/// bars all read `nbnxm_kernel_ElecRF_VdwLJComb…`, where their ends (`-gather-2`,
+/// `-scatter-3`) tell them apart.
+pub fn shorten_middle(s: &str, max: usize) -> String {
+    let len = s.chars().count();
+    if len <= max {
+        return s.to_string();
+    }
+    let Some(kept) = max.checked_sub(1) else {
+        return String::new();
+    };
+    let tail = kept * 3 / 5;
+    let mut o: String = s.chars().take(kept - tail).collect();
+    o.push('…');
+    o.extend(s.chars().skip(len - tail));
+    o
 }
 
 pub fn shorten(s: &str, max: usize) -> String {
@@ -1074,6 +1092,23 @@ impl Ink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_cut_in_the_middle_and_keep_their_ends() {
+        let names: Vec<String> = ["", "-2", "-3"]
+            .iter()
+            .map(|n| format!("nbnxm_kernel_ElecRF_VdwLJCombGeom_F_4xm-gather{n}"))
+            .collect();
+        let cut: Vec<String> = names.iter().map(|n| shorten_middle(n, 30)).collect();
+        for c in &cut {
+            assert_eq!(c.chars().count(), 30, "{c}");
+            assert!(c.starts_with("nbnxm_kern") && c.contains('…'), "{c}");
+        }
+        assert!(cut[1].ends_with("_F_4xm-gather-2"), "{}", cut[1]);
+        assert_ne!(cut[1], cut[2]);
+        assert_eq!(shorten_middle("short", 30), "short");
+        assert_eq!(shorten_middle("abc", 0), "");
+    }
 
     #[test]
     fn linear_ticks_are_nice() {
