@@ -2112,6 +2112,10 @@ pub unsafe extern "C" fn qemu_plugin_install(
     if c.window != u64::MAX {
         let how = if switched {
             "skips counted inline between windows (switched), each at least period - window long"
+        } else if c.roi_mode != RoiMode::None {
+            // Whether an access is in the ROI is known at the access alone (inclusive: the
+            // gate that the function's entry opens and its return closes).
+            "skips counted by callbacks, each exactly period - window long (--roi: every access is checked against the ROI, at about the cost of an empty callback on each)"
         } else {
             "skips counted by callbacks, each exactly period - window long"
         };
