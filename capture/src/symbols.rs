@@ -662,6 +662,23 @@ fn inlined_copies(path: &Path, name: &str) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// A name as a table shows it without a Python extension module's ABI tag
+/// (`_multiarray_umath.so` for `_multiarray_umath.cpython-311-x86_64-linux-gnu.so`: the tag
+/// is the same for every module of one interpreter, and took half of NumPy's names).
+pub fn without_abi_tag(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(i) = rest.find(".cpython-") {
+        let Some(so) = rest[i..].find(".so") else {
+            break;
+        };
+        out.push_str(&rest[..i]);
+        rest = &rest[i + so..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A "function (file:line)" or "function [object]" source as a table shows it: a C++
 /// function without its parameters and return type (`nbnxm_kernel_F_4xm [libgromacs.so.7]`,
 /// where GROMACS's kernels' signatures made three of them fill 400 characters); anything
@@ -684,6 +701,7 @@ pub fn short_source(source: &str) -> String {
             None => f.to_string(),
         }
     };
+    let place = without_abi_tag(place);
     match function.split_once(", inlined in ") {
         Some((inner, outer)) => format!("{}, inlined in {}{place}", short(inner), short(outer)),
         None => format!("{}{place}", short(function)),
@@ -1377,6 +1395,20 @@ mod tests {
         assert_eq!(
             short_source("k::gather<double>, inlined in main(int, char**) (g.c:4)"),
             "k::gather<double>, inlined in main (g.c:4)"
+        );
+        assert_eq!(
+            short_source("?? [_multiarray_umath.cpython-311-x86_64-linux-gnu.so]"),
+            "?? [_multiarray_umath.so]"
+        );
+        assert_eq!(
+            without_abi_tag(
+                "a.cpython-311-x86_64-linux-gnu.so+0x1 b.cpython-312-x86_64-linux-gnu.so"
+            ),
+            "a.so+0x1 b.so"
+        );
+        assert_eq!(
+            without_abi_tag("libfoo.so.6 x.cpython-311"),
+            "libfoo.so.6 x.cpython-311"
         );
         for same in [
             "gather, inlined in main (g.c:4)",

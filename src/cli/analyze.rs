@@ -183,16 +183,17 @@ fn human(bytes: u64) -> String {
 const NAME_WIDTH: usize = 28;
 
 /// A C++ function's name without its parameters and return type where it would not fit the
-/// column (`LAMMPS_NS::PairLJCut::compute`, not `LAMMPS_NS::~ompute(int, int)`); the JSON keeps
-/// it whole.
-fn short_name(name: &str) -> &str {
+/// column (`LAMMPS_NS::PairLJCut::compute`, not `LAMMPS_NS::~ompute(int, int)`), and a Python
+/// module's without its ABI tag (`[_multiarray_umath.so]`, not `[_multiarra~64-linux-gnu.so]`);
+/// the JSON keeps it whole.
+fn short_name(name: &str) -> String {
+    use mgbench_capture::symbols::{call_names, without_abi_tag};
+    let name = without_abi_tag(name);
     if name.chars().count() <= NAME_WIDTH {
         return name;
     }
-    mgbench_capture::symbols::call_names(name)
-        .next()
-        .filter(|n| !n.is_empty())
-        .unwrap_or(name)
+    let short = call_names(&name).next().filter(|n| !n.is_empty());
+    short.map_or_else(|| name.clone(), str::to_string)
 }
 
 fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
@@ -204,7 +205,7 @@ fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<w$} {:>12} {:>7.3} {:>8.3} {:>9.1} {:>6.3} {:>6.1} {:>6.1}  {apex}",
-        mgbench_replay::export::truncate(short_name(name), NAME_WIDTH),
+        mgbench_replay::export::truncate(&short_name(name), NAME_WIDTH),
         l.references,
         l.spatial_score,
         l.temporal_score,
@@ -329,5 +330,10 @@ mod tests {
         // A long name that is no C++ signature stays as it is (the table cuts its middle).
         let c = "a_very_long_c_function_name_without_parameters";
         assert_eq!(short_name(c), c);
+        // NumPy's unnamed code: the module without its ABI tag.
+        assert_eq!(
+            short_name("[_multiarray_umath.cpython-311-x86_64-linux-gnu.so]"),
+            "[_multiarray_umath.so]"
+        );
     }
 }

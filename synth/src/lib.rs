@@ -35,7 +35,9 @@ use std::io::BufReader;
 use std::path::Path;
 
 use mgbench_capture::progress::{CountingReader, Progress};
-use mgbench_capture::symbols::{call_names, short_path, SourceLocation, Symbolizer};
+use mgbench_capture::symbols::{
+    call_names, short_path, without_abi_tag, SourceLocation, Symbolizer,
+};
 use mgbench_capture::trace::{AccessKind, Chunk, Damage, Frame, Mapping, TraceMeta, TraceReader};
 use serde::Serialize;
 
@@ -611,8 +613,14 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
         let base = match (named.map(short), c.source.line) {
             (Some(f), Some(l)) => format!("{f}:{l}-{}", c.kind.as_str()),
             (Some(f), None) => format!("{f}-{}", c.kind.as_str()),
-            // No name: where it is in its file, the same from run to run.
-            _ => format!("{}-{}", place_in_file(&c.source, st.ip), c.kind.as_str()),
+            // No name: where it is in its file, the same from run to run (a Python module
+            // without its ABI tag: `_multiarray_umath.so+0x19c8ef`; `source.place` has the
+            // file's whole name).
+            _ => format!(
+                "{}-{}",
+                without_abi_tag(&place_in_file(&c.source, st.ip)),
+                c.kind.as_str()
+            ),
         };
         let n = names.entry(base.clone()).or_insert(0);
         *n += 1;
