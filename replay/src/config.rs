@@ -512,6 +512,8 @@ struct ConfigFields {
     boundary: Option<usize>,
     nruns: Option<usize>,
     local_work_size: Option<usize>,
+    /// mgbench synth's `element_size`: the bytes of the accesses the indices count in.
+    element_size: Option<usize>,
     /// The apex kernel's keys, kept raw: other kernels ignore them, as Spatter ignores
     /// unknown keys, so they are only validated for apex.
     apex: Map<String, Value>,
@@ -547,6 +549,8 @@ impl ConfigFields {
             boundary: read_uint(obj, "boundary")?,
             nruns: read_uint(obj, "nruns")?,
             local_work_size: read_uint(obj, "local-work-size")?,
+            // A key of mgbench's own, ignored as Spatter would where it is no size.
+            element_size: obj.get("element_size").and_then(|v| json_uint(v).ok()),
             apex: obj
                 .iter()
                 .filter(|(k, _)| matches!(k.as_str(), "L" | "l" | "K" | "k" | "M" | "m" | "seed"))
@@ -773,6 +777,29 @@ fn resolve_delta(
     }
 }
 
+/// What replaying 8-byte elements does to a pattern `mgbench synth` mined from accesses of
+/// `size` bytes (its indices count in them): Spatter's kernels move doubles, so GROMACS's
+/// 16-byte SSE gathers replay as half their bytes over half their span, a float code's as
+/// twice; said rather than left to be found.
+fn element_size_note(size: usize) -> Option<String> {
+    let (more, k) = match size {
+        0 | 8 => return None,
+        s if s < 8 && 8 % s == 0 => (true, 8 / s),
+        s if s > 8 && s % 8 == 0 => (false, s / 8),
+        _ => return None,
+    };
+    let scale = if more {
+        format!("{k}x")
+    } else {
+        format!("1/{k} of")
+    };
+    Some(format!(
+        "mined from {size}-byte accesses (\"element_size\" {size}); replayed, as Spatter does, \
+         as 8-byte elements at the same indices: {scale} the bytes the program's accesses \
+         moved, over {scale} their span"
+    ))
+}
+
 fn build(
     f: ConfigFields,
     defaults: &Defaults,
@@ -788,6 +815,9 @@ fn build(
         })?,
     };
     let mut notes = Vec::new();
+    if let Some(note) = f.element_size.and_then(element_size_note) {
+        notes.push(note);
+    }
     let delta_source;
     let need = |p: Option<Pattern>, key: &str| -> Result<Pattern, String> {
         p.ok_or_else(|| {
@@ -1087,6 +1117,28 @@ mod tests {
         assert_eq!(c.kernel.delta(), 8);
         assert_eq!((c.count, c.wrap, c.nruns), (1024, 1, 10));
         assert_eq!(c.name, "gather#3");
+    }
+
+    #[test]
+    fn a_synth_element_size_other_than_8_is_said() {
+        let note = |size: Value| {
+            one(json!({"pattern": [0, 5, 2], "element_size": size}))
+                .unwrap()
+                .notes
+                .into_iter()
+                .find(|n| n.contains("element_size"))
+        };
+        let sse = note(json!(16)).unwrap();
+        assert!(
+            sse.contains("16-byte accesses") && sse.contains("1/2 of the bytes"),
+            "{sse}"
+        );
+        let float = note(json!(4)).unwrap();
+        assert!(float.contains("2x the bytes"), "{float}");
+        // 8 bytes is what replay moves; a size that is no size is ignored, as Spatter would.
+        for quiet in [json!(8), json!(0), json!(12), json!("x")] {
+            assert_eq!(note(quiet.clone()), None, "{quiet}");
+        }
     }
 
     #[test]

@@ -611,15 +611,9 @@ fn report(
         out.write_all(&bytes)
             .with_context(|| format!("cannot write to {}", sink.name()))?;
     } else {
-        // A sweep's steps repeat their configuration's notes: each is printed once.
-        let mut printed = std::collections::HashSet::new();
-        for r in &records {
-            for n in &r.notes {
-                if printed.insert((&r.name, n)) {
-                    writeln!(out, "note: {}: {n}", r.name)
-                        .with_context(|| format!("cannot write to {}", sink.name()))?;
-                }
-            }
+        let named = records.iter().map(|r| (r.name.as_str(), &r.notes[..]));
+        for line in note_lines(named) {
+            writeln!(out, "{line}").with_context(|| format!("cannot write to {}", sink.name()))?;
         }
     }
     if let Some(e) = print_error {
@@ -692,6 +686,38 @@ fn stream_cuda(args: StreamArgs) -> Result<()> {
     Ok(())
 }
 
+/// The records' notes, one line each: a sweep's steps repeat their configuration's notes, and
+/// a note that several configurations share (ten GROMACS patterns "mined from 16-byte
+/// accesses") is one line that names them.
+fn note_lines<'a>(records: impl Iterator<Item = (&'a str, &'a [String])>) -> Vec<String> {
+    let mut by_note: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (name, notes) in records {
+        for n in notes {
+            match by_note.iter_mut().find(|(note, _)| note == n) {
+                Some((_, names)) if names.contains(&name) => {}
+                Some((_, names)) => names.push(name),
+                None => by_note.push((n, vec![name])),
+            }
+        }
+    }
+    const NAMED: usize = 3;
+    by_note
+        .into_iter()
+        .map(|(note, names)| match names.len() {
+            1 => format!("note: {}: {note}", names[0]),
+            k => format!(
+                "note: {k} configs ({}{}): {note}",
+                names[..k.min(NAMED)].join(", "),
+                if k > NAMED {
+                    format!(" and {} more", k - NAMED)
+                } else {
+                    String::new()
+                }
+            ),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{Cli, Command};
@@ -705,6 +731,25 @@ mod tests {
         };
         let e = args.into_config().unwrap_err().to_string();
         assert!(e.contains("--pattern"), "{e}");
+    }
+
+    #[test]
+    fn a_note_shared_by_configs_is_one_line() {
+        let (a, b) = (
+            vec!["same".to_string()],
+            vec!["same".to_string(), "own".to_string()],
+        );
+        let names = ["g1", "g2", "g3", "g4", "g5"];
+        let mut records: Vec<(&str, &[String])> = names.iter().map(|n| (*n, &a[..])).collect();
+        records.push(("g2", &a[..])); // a sweep's second step
+        records.push(("s", &b[..]));
+        assert_eq!(
+            super::note_lines(records.into_iter()),
+            [
+                "note: 6 configs (g1, g2, g3 and 3 more): same",
+                "note: s: own"
+            ]
+        );
     }
 
     #[test]
