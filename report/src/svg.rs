@@ -1027,18 +1027,7 @@ fn label_step(ticks: &[(f64, String)]) -> usize {
 /// bars all read `nbnxm_kernel_ElecRF_VdwLJComb…`, where their ends (`-gather-2`,
 /// `-scatter-3`) tell them apart.
 pub fn shorten_middle(s: &str, max: usize) -> String {
-    let len = s.chars().count();
-    if len <= max {
-        return s.to_string();
-    }
-    let Some(kept) = max.checked_sub(1) else {
-        return String::new();
-    };
-    let tail = kept * 3 / 5;
-    let mut o: String = s.chars().take(kept - tail).collect();
-    o.push('…');
-    o.extend(s.chars().skip(len - tail));
-    o
+    mgbench_replay::export::cut_middle(s, max, '…')
 }
 
 pub fn shorten(s: &str, max: usize) -> String {

@@ -9,7 +9,7 @@ pub use self::csv::{
     CsvExporter, REPLAY_COLUMNS as REPLAY_CSV_COLUMNS, STREAM_COLUMNS as STREAM_CSV_COLUMNS,
 };
 pub use self::json::JsonExporter;
-pub use self::table::{truncate, TableExporter};
+pub use self::table::{cut_middle, truncate, TableExporter};
 
 use crate::record::{ReplayRecord, StreamRecord};
 

@@ -107,6 +107,12 @@ impl TableExporter {
 /// `...-scatter-2`, a C++ overload's parameters) stay told apart, where cutting the end left
 /// ten rows of `LAMMPS_NS::PairLJCut::compu~`.
 pub fn truncate(s: &str, n: usize) -> String {
+    cut_middle(s, n, '~')
+}
+
+/// `s` cut to at most `n` characters in its middle, `mark` where the cut is, three fifths of
+/// what is kept from its end ([`truncate`]'s cut; figures mark it with `…`).
+pub fn cut_middle(s: &str, n: usize, mark: char) -> String {
     let len = s.chars().count();
     if len <= n {
         return s.to_string();
@@ -116,7 +122,7 @@ pub fn truncate(s: &str, n: usize) -> String {
     };
     let tail = kept * 3 / 5;
     let mut t: String = s.chars().take(kept - tail).collect();
-    t.push('~');
+    t.push(mark);
     t.extend(s.chars().skip(len - tail));
     t
 }
