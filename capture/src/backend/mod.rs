@@ -136,6 +136,9 @@ pub struct CaptureReport {
     /// ran in no window).
     pub threads_recorded: u64,
     pub trace_bytes: u64,
+    /// Sample windows recorded, where the backend counts them (ptrace's timed windows, which
+    /// may close before `--sample-window` accesses); None: `recorded / window`.
+    pub windows: Option<u64>,
     /// mgbench received Ctrl-C/SIGTERM while the program ran.
     pub interrupted: Option<i32>,
     pub elapsed_s: f64,

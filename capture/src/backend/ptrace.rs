@@ -1436,6 +1436,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         threads,
         threads_recorded: summary.threads as u64,
         trace_bytes,
+        windows: Some(summary.samples),
         interrupted,
         elapsed_s,
         warnings,

@@ -454,6 +454,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         threads,
         threads_recorded,
         trace_bytes,
+        windows: None,
         interrupted,
         elapsed_s,
         warnings,

@@ -127,6 +127,10 @@ pub(crate) struct ChunkBuilder {
     /// Accesses in the current (unfinished) sample of each thread, and its id and skip.
     current: BTreeMap<u32, (u64, u64, u32)>,
     next_sample: BTreeMap<u32, u64>,
+    /// The sample of each thread last counted in `summary.samples`: a sample counts once it
+    /// holds an access (a timed window opened as the program ended held none, and made the
+    /// count one more than the trace's).
+    counted: BTreeMap<u32, u64>,
     pub summary: ImportSummary,
 }
 
@@ -136,6 +140,7 @@ impl ChunkBuilder {
             open: BTreeMap::new(),
             current: BTreeMap::new(),
             next_sample: BTreeMap::new(),
+            counted: BTreeMap::new(),
             summary: ImportSummary::default(),
         }
     }
@@ -156,6 +161,10 @@ impl ChunkBuilder {
         });
         chunk.accesses.push(access);
         if let Some(cur) = self.current.get_mut(&thread) {
+            // A part's first access (a sample goes on in parts across chunks).
+            if cur.2 == 0 && self.counted.insert(thread, cur.0) != Some(cur.0) {
+                self.summary.samples += 1;
+            }
             cur.2 += 1;
         }
         self.summary.accesses += 1;
@@ -178,7 +187,6 @@ impl ChunkBuilder {
         let next = self.next_sample.entry(thread).or_insert(0);
         let id = id.unwrap_or(*next);
         *next = id + 1;
-        self.summary.samples += 1;
         self.current.insert(thread, (id, skipped_before, 0));
     }
 
@@ -290,8 +298,12 @@ mod tests {
         for i in 15..18 {
             b.push(0, access(i), &mut w).unwrap();
         }
+        // A window opened as the program ended holds nothing, and counts as no sample.
+        b.start_sample(1, None, 0);
         let summary = b.finish(&mut w).unwrap();
         assert_eq!(summary.accesses, 19);
+        // Samples 7 (in two parts) and 8 of thread 0, and 3 of thread 1.
+        assert_eq!(summary.samples, 3);
         let bytes = w.into_inner();
         let mut r = TraceReader::open(std::io::Cursor::new(bytes)).unwrap();
         let mut chunks = Vec::new();
