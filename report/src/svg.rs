@@ -1228,6 +1228,15 @@ mod tests {
         assert!(!drawn.iter().any(|t| t == "1" || t == "-1"), "{drawn:?}");
     }
 
+    /// An axis from 0 to 1, as the legend tests draw on.
+    fn axis(label: &str) -> Axis {
+        Axis {
+            label: label.into(),
+            scale: Scale::Linear { min: 0.0, max: 1.0 },
+            format: fmt_num,
+        }
+    }
+
     fn legend_at(svg: &str) -> (f64, f64) {
         let g = &svg[svg.find("<g class=\"legend\"><rect x=\"").unwrap() + 27..];
         let x: f64 = g[..g.find('"').unwrap()].parse().unwrap();
@@ -1237,11 +1246,6 @@ mod tests {
 
     #[test]
     fn the_legend_goes_where_it_hides_the_least() {
-        let axis = |label: &str| Axis {
-            label: label.into(),
-            scale: Scale::Linear { min: 0.0, max: 1.0 },
-            format: fmt_num,
-        };
         let plot = |ys: &[f64]| {
             let mut p = Plot::new("l", 400.0, 200.0, 50.0, axis("x"), axis("y"));
             let pts: Vec<(f64, f64)> = ys
@@ -1278,11 +1282,6 @@ mod tests {
     /// of ten LAMMPS patterns needed).
     #[test]
     fn the_legend_hides_no_label() {
-        let axis = |label: &str| Axis {
-            label: label.into(),
-            scale: Scale::Linear { min: 0.0, max: 1.0 },
-            format: fmt_num,
-        };
         let height = |svg: &str| -> f64 {
             let v = &svg[svg.find("height=\"").unwrap() + 8..];
             v[..v.find('"').unwrap()].parse().unwrap()
