@@ -692,20 +692,28 @@ pub fn short_source(source: &str) -> String {
         None
     };
     let (function, place) = source.split_at(cut.unwrap_or(source.len()));
-    let short = |f: &'_ str| -> String {
-        match call_names(f)
-            .next()
-            .filter(|n| f.contains('(') && !n.is_empty())
-        {
-            Some(name) => name.to_string(),
-            None => f.to_string(),
+    fn short(f: &str) -> &str {
+        if f.contains('(') {
+            without_parameters(f)
+        } else {
+            f
         }
-    };
+    }
     let place = without_abi_tag(place);
     match function.split_once(", inlined in ") {
         Some((inner, outer)) => format!("{}, inlined in {}{place}", short(inner), short(outer)),
         None => format!("{}{place}", short(function)),
     }
+}
+
+/// A demangled function name without its parameters and return type, `k::gather<double>`
+/// for `double k::gather<double>(std::vector<double> const&)` (the first of [`call_names`]),
+/// or the name as it is where that leaves nothing.
+pub fn without_parameters(demangled: &str) -> &str {
+    call_names(demangled)
+        .next()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(demangled)
 }
 
 /// The names a demangled function name answers to, besides itself: without its parameters
@@ -873,7 +881,7 @@ impl SourceLocation {
         let func = match &self.inlined {
             Some(i) => {
                 // (C++: without return type and parameters, `k::gather<double>`.)
-                let short = call_names(i).next().unwrap_or(i);
+                let short = without_parameters(i);
                 inlined = format!("{short}, inlined in {outer}");
                 inlined.as_str()
             }

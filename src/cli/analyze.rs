@@ -187,13 +187,12 @@ const NAME_WIDTH: usize = 28;
 /// module's without its ABI tag (`[_multiarray_umath.so]`, not `[_multiarra~64-linux-gnu.so]`);
 /// the JSON keeps it whole.
 fn short_name(name: &str) -> String {
-    use mgbench_capture::symbols::{call_names, without_abi_tag};
+    use mgbench_capture::symbols::{without_abi_tag, without_parameters};
     let name = without_abi_tag(name);
     if name.chars().count() <= NAME_WIDTH {
         return name;
     }
-    let short = call_names(&name).next().filter(|n| !n.is_empty());
-    short.map_or_else(|| name.clone(), str::to_string)
+    without_parameters(&name).to_string()
 }
 
 fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
-use mgbench_capture::symbols::call_names;
+use mgbench_capture::symbols::without_parameters;
 use mgbench_synth::analyze::{analyze, AnalyzeConfig};
 use mgbench_synth::{apex_entry, pattern_file, synthesize, SynthConfig, SynthReport, Verdict};
 
@@ -406,11 +406,11 @@ pub fn profile(args: ProfileArgs) -> Result<i32> {
             {
                 // Names without their parameters, as in the patterns' names (GROMACS's
                 // kernels' signatures made each line 250 characters).
-                let short = |f: &str| call_names(f).next().unwrap_or(f).to_string();
+                let short = without_parameters;
                 match (&p.source.inlined, &p.source.function) {
                     (Some(i), Some(f)) => format!("{}, inlined in {}", short(i), short(f)),
-                    (Some(i), None) => short(i),
-                    (None, Some(f)) => short(f),
+                    (Some(i), None) => short(i).to_string(),
+                    (None, Some(f)) => short(f).to_string(),
                     (None, None) => "no symbol".to_string(),
                 }
             },

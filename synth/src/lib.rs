@@ -36,7 +36,7 @@ use std::path::Path;
 
 use mgbench_capture::progress::{CountingReader, Progress};
 use mgbench_capture::symbols::{
-    call_names, short_path, without_abi_tag, SourceLocation, Symbolizer,
+    short_path, without_abi_tag, without_parameters, SourceLocation, Symbolizer,
 };
 use mgbench_capture::trace::{AccessKind, Chunk, Damage, Frame, Mapping, TraceMeta, TraceReader};
 use serde::Serialize;
@@ -606,11 +606,10 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             continue;
         }
         let r = rec.finish();
-        // C++ names without return type and parameters: `k::gather<double>`.
-        let short = |f: &str| call_names(f).next().unwrap_or(f).to_string();
         // Named after the function whose line it is: the inlined one, where it was inlined.
         let named = c.source.inlined.as_deref().or(c.source.function.as_deref());
-        let base = match (named.map(short), c.source.line) {
+        // C++ names without return type and parameters: `k::gather<double>`.
+        let base = match (named.map(without_parameters), c.source.line) {
             (Some(f), Some(l)) => format!("{f}:{l}-{}", c.kind.as_str()),
             (Some(f), None) => format!("{f}-{}", c.kind.as_str()),
             // No name: where it is in its file, the same from run to run (a Python module
