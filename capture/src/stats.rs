@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::symbols::{SourceLocation, Symbolizer};
-use crate::trace::{AccessKind, EndInfo, Frame, Mapping, Mode, ReadError, TraceReader};
+use crate::trace::{AccessKind, EndInfo, Frame, JitSymbol, Mapping, Mode, ReadError, TraceReader};
 
 #[derive(Debug, thiserror::Error)]
 pub enum InfoError {
@@ -96,6 +96,7 @@ pub fn trace_info(path: &Path, top: usize) -> Result<TraceInfo, InfoError> {
     let mut per_ip: HashMap<u64, (u64, u64)> = HashMap::new();
     let mut threads: HashMap<u32, (u64, u64, Option<u64>)> = HashMap::new();
     let mut mappings: Vec<Mapping> = Vec::new();
+    let mut jit: Vec<JitSymbol> = Vec::new();
     let (mut loads, mut stores, mut skipped, mut samples) = (0u64, 0u64, 0u64, 0u64);
     let mut end = None;
     // The header's notes (e.g. why this backend), then the ones the capture wrote.
@@ -133,6 +134,7 @@ pub fn trace_info(path: &Path, top: usize) -> Result<TraceInfo, InfoError> {
                 }
             }
             Frame::Mappings(m) => mappings.extend(m),
+            Frame::JitSymbols(j) => jit.extend(j),
             Frame::Note(n) => notes.push(n),
             Frame::End(e) => end = Some(e),
         }
@@ -149,6 +151,7 @@ pub fn trace_info(path: &Path, top: usize) -> Result<TraceInfo, InfoError> {
             .then(a.0.cmp(&b.0))
     });
     let mut sym = Symbolizer::new(mappings);
+    sym.add_jit_symbols(&jit);
     let top_instructions = ranked
         .iter()
         .take(top)

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use object::read::ReadCache;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
-use crate::trace::Mapping;
+use crate::trace::{JitSymbol, Mapping};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SymbolError {
@@ -991,9 +991,18 @@ struct LoadedObject {
 /// Resolves instruction addresses of a traced process; caches per address and per file.
 pub struct Symbolizer {
     mappings: Vec<Mapping>,
+    /// Names of JIT-compiled code, sorted by start.
+    jit: Vec<JitSymbol>,
     objects: HashMap<String, Option<LoadedObject>>,
     cache: HashMap<u64, SourceLocation>,
 }
+
+/// The `object` of code that a runtime's perf map names (JIT-compiled): "JS:*loop [jit]".
+pub const JIT_CODE: &str = "jit";
+
+/// The `object` of code in anonymous memory that nothing names: a JIT compiler's, whose
+/// runtime kept no perf map.
+pub const ANONYMOUS_CODE: &str = "anonymous code";
 
 impl Symbolizer {
     pub fn new(mut mappings: Vec<Mapping>) -> Symbolizer {
@@ -1001,9 +1010,23 @@ impl Symbolizer {
         mappings.dedup();
         Symbolizer {
             mappings,
+            jit: Vec::new(),
             objects: HashMap::new(),
             cache: HashMap::new(),
         }
+    }
+
+    /// Adds names of JIT-compiled code (a trace's JIT symbols frame): code in memory no file
+    /// is mapped to, which would otherwise be "??".
+    pub fn add_jit_symbols(&mut self, more: &[JitSymbol]) {
+        self.jit.extend_from_slice(more);
+        self.jit.sort_by_key(|s| s.start);
+        self.cache.clear();
+    }
+
+    /// Whether the trace named any JIT-compiled code.
+    pub fn has_jit_symbols(&self) -> bool {
+        !self.jit.is_empty()
     }
 
     /// Adds mappings that a trace lists later (a mappings frame), keeping the files loaded.
@@ -1016,8 +1039,13 @@ impl Symbolizer {
     }
 
     /// Where each of `ips` comes from, in a process mapped as `mappings`.
-    pub fn resolve_all(mappings: Vec<Mapping>, ips: &[u64]) -> Vec<SourceLocation> {
+    pub fn resolve_all(
+        mappings: Vec<Mapping>,
+        jit: &[JitSymbol],
+        ips: &[u64],
+    ) -> Vec<SourceLocation> {
         let mut sym = Symbolizer::new(mappings);
+        sym.add_jit_symbols(jit);
         ips.iter().map(|&ip| sym.resolve(ip)).collect()
     }
 
@@ -1039,11 +1067,27 @@ impl Symbolizer {
     }
 
     /// The named mapping that holds `ip`: the latest (mappings can be replaced over time).
+    /// Code runs from executable memory, so an executable mapping that holds `ip` says what
+    /// is there over any other, and where it is anonymous (a JIT compiler's code) no file
+    /// is: a ptrace capture's first snapshot had `/etc/ld.so.cache` (read-only) where the
+    /// dynamic loader had unmapped it and a program later wrote code. (QEMU maps a guest's
+    /// code without execute permission: there, the latest named mapping.)
     fn mapping_of(&self, ip: u64) -> Option<&Mapping> {
+        let holds = |m: &&Mapping| ip >= m.start && ip < m.end;
+        if let Some(m) = self
+            .mappings
+            .iter()
+            .rev()
+            .filter(holds)
+            .find(|m| m.perms.contains('x'))
+        {
+            return (!m.path.is_empty()).then_some(m);
+        }
         self.mappings
             .iter()
             .rev()
-            .find(|m| ip >= m.start && ip < m.end && !m.path.is_empty())
+            .filter(holds)
+            .find(|m| !m.path.is_empty())
     }
 
     /// The address `ip` has in the file mapped there (its link-time address, the one
@@ -1075,7 +1119,23 @@ impl Symbolizer {
 
     fn lookup(&mut self, ip: u64) -> SourceLocation {
         let Some(m) = self.mapping_of(ip) else {
-            return SourceLocation::default();
+            // Code where no file is mapped: a JIT compiler's, named by the runtime's perf
+            // map where it kept one.
+            let object = if let Some(j) = JitSymbol::find(&self.jit, ip) {
+                return SourceLocation {
+                    object: Some(JIT_CODE.into()),
+                    function: Some(j.name.clone()),
+                    ..SourceLocation::default()
+                };
+            } else if self.mappings.iter().any(|m| m.start <= ip && ip < m.end) {
+                Some(ANONYMOUS_CODE.into())
+            } else {
+                None
+            };
+            return SourceLocation {
+                object,
+                ..SourceLocation::default()
+            };
         };
         // ([heap], [stack], [vdso]... have no file to read.)
         let mut loc = SourceLocation {
@@ -1117,7 +1177,7 @@ impl Symbolizer {
 /// A [`Symbolizer`] on a thread of its own that loads files while the caller does something
 /// else (a live run's program runs), then resolves addresses once they are known.
 pub struct Preloaded {
-    request: std::sync::mpsc::Sender<(Vec<Mapping>, Vec<u64>)>,
+    request: std::sync::mpsc::Sender<(Vec<Mapping>, Vec<JitSymbol>, Vec<u64>)>,
     reply: std::sync::mpsc::Receiver<Vec<SourceLocation>>,
     /// The file the thread is loading, if it is: set and cleared under the lock, and a file is
     /// only started after a look for a request under it.
@@ -1130,7 +1190,7 @@ impl Preloaded {
     /// loaded stops the loading there.
     pub fn start(paths: impl FnOnce() -> Vec<String> + Send + 'static) -> Preloaded {
         use std::sync::mpsc::{channel, TryRecvError};
-        let (request, requests) = channel::<(Vec<Mapping>, Vec<u64>)>();
+        let (request, requests) = channel::<(Vec<Mapping>, Vec<JitSymbol>, Vec<u64>)>();
         let (replies, reply) = channel();
         let loading = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
         let busy = loading.clone();
@@ -1155,10 +1215,11 @@ impl Preloaded {
                     sym.preload(p);
                     *lock() = None;
                 }
-                let Some((mappings, ips)) = early.or_else(|| requests.recv().ok()) else {
+                let Some((mappings, jit, ips)) = early.or_else(|| requests.recv().ok()) else {
                     return;
                 };
                 sym.add_mappings(&mappings);
+                sym.add_jit_symbols(&jit);
                 let _ = replies.send(ips.iter().map(|&ip| sym.resolve(ip)).collect::<Vec<_>>());
             });
         Preloaded {
@@ -1168,10 +1229,15 @@ impl Preloaded {
         }
     }
 
-    /// Where each of `ips` comes from, in a process mapped as `mappings`. Where the thread is
-    /// still loading a file that none of `ips` lies in (a run shorter than the loading), this
-    /// thread resolves them alone rather than wait.
-    pub fn resolve(self, mappings: Vec<Mapping>, ips: Vec<u64>) -> Vec<SourceLocation> {
+    /// Where each of `ips` comes from, in a process mapped as `mappings` whose JIT-compiled
+    /// code `jit` names. Where the thread is still loading a file that none of `ips` lies in
+    /// (a run shorter than the loading), this thread resolves them alone rather than wait.
+    pub fn resolve(
+        self,
+        mappings: Vec<Mapping>,
+        jit: Vec<JitSymbol>,
+        ips: Vec<u64>,
+    ) -> Vec<SourceLocation> {
         // The files the addresses lie in.
         let needed: Vec<&str> = mappings
             .iter()
@@ -1185,11 +1251,15 @@ impl Preloaded {
                 .is_some_and(|l| !needed.contains(&l.as_str()));
             // A thread that could not start or died (it never should) leaves the work to this
             // one, as does one busy with a file not needed.
-            !elsewhere && self.request.send((mappings.clone(), ips.clone())).is_ok()
+            !elsewhere
+                && self
+                    .request
+                    .send((mappings.clone(), jit.clone(), ips.clone()))
+                    .is_ok()
         };
         match sent.then(|| self.reply.recv().ok()).flatten() {
             Some(locations) => locations,
-            None => Symbolizer::resolve_all(mappings, &ips),
+            None => Symbolizer::resolve_all(mappings, &jit, &ips),
         }
     }
 }
@@ -1595,9 +1665,13 @@ mod tests {
             .flatten()
             .collect();
         assert_eq!(ips.len(), 3, "{maps:?}");
+        // (Address 8 is in no mapping: JIT-compiled code, as a perf map names it.)
+        let jit = JitSymbol::parse_perf_map("8 1 jit_code_at_8\n");
         let mut sym = Symbolizer::new(maps.clone());
+        sym.add_jit_symbols(&jit);
         let want: Vec<SourceLocation> = ips.iter().map(|&ip| sym.resolve(ip)).collect();
         assert!(want[1].function.is_some(), "{want:?}");
+        assert_eq!(want[2].function.as_deref(), Some("jit_code_at_8"));
         let files = {
             let exe = exe.clone();
             move || {
@@ -1615,13 +1689,13 @@ mod tests {
         // the same answers.
         let ahead = Preloaded::start(files.clone());
         std::thread::sleep(std::time::Duration::from_millis(300));
-        assert_eq!(ahead.resolve(maps.clone(), ips.clone()), want);
+        assert_eq!(ahead.resolve(maps.clone(), jit.clone(), ips.clone()), want);
         assert_eq!(
-            Preloaded::start(files).resolve(maps.clone(), ips.clone()),
+            Preloaded::start(files).resolve(maps.clone(), jit.clone(), ips.clone()),
             want
         );
         let died = Preloaded::start(|| -> Vec<String> { panic!("a preloading thread that dies") });
-        assert_eq!(died.resolve(maps.clone(), ips.clone()), want);
+        assert_eq!(died.resolve(maps.clone(), jit.clone(), ips.clone()), want);
         // Busy with a file none of the addresses needs (libc, for an address in this binary):
         // answered here or there, the same.
         let libc_only = || {
@@ -1631,7 +1705,7 @@ mod tests {
                 .to_string()]
         };
         assert_eq!(
-            Preloaded::start(libc_only).resolve(maps, ips[..1].to_vec()),
+            Preloaded::start(libc_only).resolve(maps, jit, ips[..1].to_vec()),
             want[..1]
         );
     }
@@ -1652,6 +1726,51 @@ mod tests {
         assert_eq!(loc.object, Some(exe.display().to_string()));
         assert_eq!(sym.link_address(0x7000_0100), Some(0x100));
         assert_eq!(loc.link_addr, Some(0x100));
+    }
+
+    /// Code where no file is mapped: named by a runtime's perf map, else "anonymous code";
+    /// and an executable mapping says what is at an address over an older read-only one (a
+    /// ptrace capture's first snapshot had ld.so.cache where a program later wrote code).
+    #[test]
+    fn jit_code_is_named_by_its_perf_map_or_called_anonymous() {
+        let map = |start: u64, end: u64, path: &str, perms: &str| Mapping {
+            start,
+            end,
+            offset: 0,
+            path: path.into(),
+            perms: perms.into(),
+        };
+        let mut sym = Symbolizer::new(vec![
+            map(0x7f00_0000, 0x7f00_b000, "/etc/ld.so.cache", "r--p"),
+            map(0x7f00_a000, 0x7f00_b000, "", "r-xp"),
+            map(0x7f10_0000, 0x7f10_1000, "", "rw-p"),
+        ]);
+        let anon = sym.resolve(0x7f00_a004);
+        assert_eq!(anon.object.as_deref(), Some(ANONYMOUS_CODE));
+        assert_eq!(anon.describe(), "?? [anonymous code]");
+        assert_eq!(sym.resolve(0x7f10_0010).describe(), "?? [anonymous code]");
+        // Outside every mapping: nothing known.
+        assert_eq!(sym.resolve(0x1234).object, None);
+        // The read-only file still names its own bytes.
+        assert_eq!(
+            sym.resolve(0x7f00_0100).object.as_deref(),
+            Some("/etc/ld.so.cache")
+        );
+        assert!(!sym.has_jit_symbols());
+        sym.add_jit_symbols(&JitSymbol::parse_perf_map(
+            "7f00a000 15 jit_gather_loop\n7f100000 8 JS:* /tmp/g.js:1:1\n",
+        ));
+        assert!(sym.has_jit_symbols());
+        let named = sym.resolve(0x7f00_a004);
+        assert_eq!(named.function.as_deref(), Some("jit_gather_loop"));
+        assert_eq!(named.describe(), "jit_gather_loop [jit]");
+        assert_eq!(named.function_or_object(), "jit_gather_loop");
+        assert_eq!(
+            sym.resolve(0x7f10_0007).describe(),
+            "JS:* /tmp/g.js:1:1 [jit]"
+        );
+        // Past the symbol's size: anonymous again.
+        assert_eq!(sym.resolve(0x7f00_a015).describe(), "?? [anonymous code]");
     }
 
     #[test]

@@ -29,4 +29,6 @@ if echo 'int main(void){return 0;}' | "$cc" -mavx512f -x c -o /dev/null - 2>/dev
 fi
 # Runs AVX-512 code it writes at run time (no -mavx512f needed): QEMU dies of SIGILL on it.
 "$cc" "${flags[@]}" -o "$out/jit512" "$here/jit512.c"
+# Runs a gather it writes at run time and names in a perf map (/tmp/perf-PID.map).
+"$cc" "${flags[@]}" -o "$out/jitgather" "$here/jitgather.c"
 echo "built demos in $out"

@@ -13,7 +13,7 @@ use mgbench_capture::backend::{
 use mgbench_capture::import::{import_meta, ImportKind};
 use mgbench_capture::stats::trace_info;
 use mgbench_capture::symbols::Symbolizer;
-use mgbench_capture::trace::{EndInfo, Frame, Mode, TraceReader, TraceWriter};
+use mgbench_capture::trace::{read_jit_symbols, EndInfo, Frame, Mode, TraceReader, TraceWriter};
 use mgbench_replay::results::{output_target, OutputTarget};
 
 use super::progress::{Display, Style};
@@ -471,7 +471,12 @@ fn dump(file: &Path, limit: Option<usize>, symbols: bool) -> Result<i32> {
     let mut r = TraceReader::open(BufReader::with_capacity(1 << 20, f))
         .with_context(|| format!("{}", file.display()))?;
     let mut out = BufWriter::new(std::io::stdout().lock());
-    let mut sym = symbols.then(|| Symbolizer::new(Vec::new()));
+    // (The names of JIT-compiled code come at the end of the trace: read first.)
+    let mut sym = symbols.then(|| {
+        let mut s = Symbolizer::new(Vec::new());
+        s.add_jit_symbols(&read_jit_symbols(file));
+        s
+    });
     let mut n = 0usize;
     let limit = limit.unwrap_or(usize::MAX);
     'frames: while let Some(frame) = r.next_frame()? {
@@ -505,7 +510,7 @@ fn dump(file: &Path, limit: Option<usize>, symbols: bool) -> Result<i32> {
                     }
                 }
             }
-            Frame::Note(_) | Frame::End(_) => {}
+            Frame::Note(_) | Frame::End(_) | Frame::JitSymbols(_) => {}
         }
     }
     out.flush()?;

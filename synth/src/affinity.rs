@@ -12,7 +12,7 @@ use std::path::Path;
 
 use mgbench_capture::progress::Progress;
 use mgbench_capture::symbols::Symbolizer;
-use mgbench_capture::trace::{self, Chunk, Frame, Mapping, Mode, TraceMeta};
+use mgbench_capture::trace::{self, Chunk, Frame, JitSymbol, Mapping, Mode, TraceMeta};
 use serde::{Deserialize, Serialize};
 
 use crate::fasthash;
@@ -209,6 +209,8 @@ struct Pass1 {
     meta: TraceMeta,
     census: Census,
     mappings: Vec<Mapping>,
+    /// Names of JIT-compiled code.
+    jit: Vec<JitSymbol>,
     threads: usize,
     damaged: bool,
 }
@@ -223,9 +225,11 @@ fn census_pass(path: &Path, cfg: &ZoomConfig) -> Result<Pass1, SynthError> {
     let meta = reader.meta().clone();
     let mut census = Census::new(cfg.zoom, expected.max(1));
     let mut mappings = Vec::new();
+    let mut jit = Vec::new();
     let mut threads: Vec<u32> = Vec::new();
     let damage = crate::read_frames(reader, path, cfg.threads, |frame| match frame {
         Frame::Mappings(m) => mappings.extend(m.iter().cloned()),
+        Frame::JitSymbols(j) => jit.extend(j.iter().cloned()),
         Frame::Chunk(c) => {
             if !threads.contains(&c.thread) {
                 threads.push(c.thread);
@@ -249,6 +253,7 @@ fn census_pass(path: &Path, cfg: &ZoomConfig) -> Result<Pass1, SynthError> {
         meta,
         census,
         mappings,
+        jit,
         threads: threads.len(),
         damaged: damage.is_some(),
     })
@@ -358,6 +363,7 @@ fn build_zoom(path: &Path, pass: &Pass1, params: &ZoomParams) -> ZoomReport {
     let total = census.accesses();
     let layout = census.layout();
     let mut sym = Symbolizer::new(pass.mappings.clone());
+    sym.add_jit_symbols(&pass.jit);
     let maps = &pass.mappings;
     // Segments: accessed extents, cut at mapping boundaries.
     let mut segments = Vec::new();

@@ -144,9 +144,11 @@ fn busiest_functions(path: &Path, cfg: &AnalyzeConfig) -> Result<FunctionNames, 
     let reader = crate::open(path, &cfg.progress, "counting accesses per function")?;
     let mut per_ip: HashMap<u64, u64, fasthash::Build> = HashMap::default();
     let mut mappings: Vec<Mapping> = Vec::new();
+    let mut jit = Vec::new();
     // Damage is reported by the analysis pass itself.
     let _ = crate::read_frames(reader, path, cfg.threads, |frame| match frame {
         Frame::Mappings(m) => mappings.extend(m.iter().cloned()),
+        Frame::JitSymbols(j) => jit.extend(j.iter().cloned()),
         Frame::Chunk(c) if cfg.thread.is_none_or(|t| t == c.thread) => {
             for a in &c.accesses {
                 *per_ip.entry(a.ip).or_default() += 1;
@@ -155,6 +157,7 @@ fn busiest_functions(path: &Path, cfg: &AnalyzeConfig) -> Result<FunctionNames, 
         _ => {}
     })?;
     let mut sym = Symbolizer::new(mappings);
+    sym.add_jit_symbols(&jit);
     let mut of_ip: HashMap<u64, String, fasthash::Build> = HashMap::default();
     let mut per_function: HashMap<String, u64> = HashMap::new();
     for (ip, n) in per_ip {

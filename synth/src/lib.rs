@@ -36,9 +36,11 @@ use std::path::Path;
 
 use mgbench_capture::progress::{CountingReader, Progress};
 use mgbench_capture::symbols::{
-    short_path, without_abi_tag, without_parameters, SourceLocation, Symbolizer,
+    short_path, without_abi_tag, without_parameters, SourceLocation, Symbolizer, ANONYMOUS_CODE,
 };
-use mgbench_capture::trace::{AccessKind, Chunk, Damage, Frame, Mapping, TraceMeta, TraceReader};
+use mgbench_capture::trace::{
+    AccessKind, Chunk, Damage, Frame, JitSymbol, Mapping, TraceMeta, TraceReader,
+};
 use serde::Serialize;
 
 pub use config::{SynthConfig, SynthError};
@@ -233,9 +235,9 @@ pub(crate) fn read_frames(
     })
 }
 
-/// What a pass learns besides the accesses: the header, the mappings, and where the trace
-/// is damaged, if it is.
-type PassInfo = (TraceMeta, Vec<Mapping>, Option<Damage>);
+/// What a pass learns besides the accesses: the header, the mappings, the names of
+/// JIT-compiled code, and where the trace is damaged, if it is.
+type PassInfo = (TraceMeta, Vec<Mapping>, Vec<JitSymbol>, Option<Damage>);
 
 /// Calls `f` for every chunk of the selected thread, decoding with `cfg.threads` threads.
 fn for_each_chunk(
@@ -258,16 +260,17 @@ fn for_each_chunk_and_mapping(
 ) -> Result<PassInfo, SynthError> {
     let r = open(path, &cfg.progress, what)?;
     let meta = r.meta().clone();
-    let mut maps = Vec::new();
+    let (mut maps, mut jit) = (Vec::new(), Vec::new());
     let damage = read_frames(r, path, cfg.threads, |frame| match frame {
         Frame::Chunk(c) if cfg.thread.is_none_or(|t| t == c.thread) => f(c),
         Frame::Mappings(m) => {
             on_maps(m);
             maps.extend(m.iter().cloned());
         }
+        Frame::JitSymbols(j) => jit.extend(j.iter().cloned()),
         _ => {}
     })?;
-    Ok((meta, maps, damage))
+    Ok((meta, maps, jit, damage))
 }
 
 /// What every full read of a trace ends with: a damaged trace is an error unless damage is
@@ -339,6 +342,13 @@ fn describe_compression(c: &Compression, cap: usize) -> String {
     }
 }
 
+/// What to do about code in anonymous memory that nothing names.
+const JIT_HINT: &str = "candidates without a symbol run in anonymous memory, where a JIT \
+    compiler writes code (V8, Julia, the JVM, PyPy): where its runtime keeps a perf map \
+    (/tmp/perf-PID.map: node --perf-basic-prof, julia with ENABLE_JITPROFILING=1, python3.12 -X \
+    perf, Java with perf-map-agent), mgbench capture keeps its names in the trace and they name \
+    the patterns";
+
 /// Where instruction `ip` (resolved as `source`) lies when nothing names it: "libfoo.so+0x1a08ef"
 /// (its file and its address there, which `addr2line -e` and `objdump` take and which stay
 /// the same from run to run), or its run-time address where no file holds it.
@@ -378,7 +388,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     let mut at: Option<(u32, u64)> = None;
     let windows = std::cell::RefCell::new(windows);
     let stacks = std::cell::RefCell::new(window::Stacks::default());
-    let (meta, mappings, damage) = for_each_chunk_and_mapping(
+    let (meta, mappings, jit, damage) = for_each_chunk_and_mapping(
         path,
         cfg,
         "mining (pass 1)",
@@ -417,6 +427,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
 
     // Filters 1-4 on pass-1 statistics.
     let mut sym = Symbolizer::new(mappings);
+    sym.add_jit_symbols(&jit);
     let mut candidates: Vec<(Candidate, &IpStats)> = Vec::new();
     let mut regular = 0u64;
     for st in &stats {
@@ -480,6 +491,8 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     let mut rank = 0usize;
     // Candidates without a symbol that would have ranked in the top N, and the first of them.
     let mut unnamed_in_top: (usize, Option<String>) = (0, None);
+    // Whether one of them runs in anonymous memory (a JIT compiler's code).
+    let mut unnamed_jit = false;
     for (c, st) in candidates.iter_mut() {
         if !matches!(c.verdict, Verdict::Kept | Verdict::Unsymbolized) {
             continue;
@@ -501,6 +514,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
         if c.verdict == Verdict::Unsymbolized {
             if dropped.is_none() && rank < cfg.top {
                 unnamed_in_top.0 += 1;
+                unnamed_jit |= c.source.object.as_deref() == Some(ANONYMOUS_CODE);
                 unnamed_in_top.1.get_or_insert_with(|| {
                     format!(
                         "{} ({} {}, {} flagged windows, {} instances)",
@@ -594,6 +608,9 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
                 cfg.top
             )
         });
+        if unnamed_jit {
+            notes.push(JIT_HINT.to_string());
+        }
     }
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut order: Vec<(usize, Recorder, u64)> = recorders.into_values().collect();

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use mgbench_capture::symbols::{Preloaded, Symbolizer};
-use mgbench_capture::trace::{Access, Frame, Mapping, Mode};
+use mgbench_capture::trace::{Access, Frame, JitSymbol, Mapping, Mode};
 use serde::{Deserialize, Serialize};
 
 use crate::apex::Rng;
@@ -746,8 +746,10 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
         st.time_sum += pr.time.unwrap_or(0) as f64 * pr.weight;
     };
     let mut on_line = |pr: Pair| line_time.add(pr.time, pr.weight);
+    let mut jit = Vec::new();
     let damage = crate::read_frames(reader, path, cfg.threads, |frame| match frame {
         Frame::Mappings(m) => mappings.extend(m.iter().cloned()),
+        Frame::JitSymbols(j) => jit.extend(j.iter().cloned()),
         Frame::Chunk(c) => {
             let w = words
                 .entry(c.thread)
@@ -812,6 +814,7 @@ pub fn reuse(path: &Path, cfg: &ReuseConfig) -> Result<ReuseReport, SynthError> 
             )
         });
         let mut sym = Symbolizer::new(mappings);
+        sym.add_jit_symbols(&jit);
         let pairs = top_pairs(pairs, cfg.top_pairs)
             .into_iter()
             .map(|((u, r), st)| InstructionPair {
@@ -877,7 +880,8 @@ impl LiveThread {
 /// `H period jitter watchpoints seed [adaptive]`, `S ip addr time register|- period thread`,
 /// `T register time thread`, `E time thread` (the thread's end), `X time thread path` (an
 /// execve), `C children` (the child processes started so far), `M` (a /proc/self/maps line),
-/// `B blocks` (retranslated), `P pages` (populated ahead of the program), `N note`.
+/// `B blocks` (retranslated), `P pages` (populated ahead of the program), `N note`, `J start
+/// size name` (a line of the runtime's perf map: names of JIT-compiled code, hex as there).
 pub fn reuse_live(
     events: &Path,
     command: &str,
@@ -913,6 +917,7 @@ pub fn reuse_live(
         st.time_sum += pr.time.unwrap_or(0) as f64 * pr.weight;
     };
     let mut maps = String::new();
+    let mut jit = String::new();
     let mut notes = Vec::new();
     let mut blocks = None;
     let mut prefaulted: Option<u64> = None;
@@ -996,6 +1001,10 @@ pub fn reuse_live(
             "M" => {
                 maps.push_str(rest);
                 maps.push('\n');
+            }
+            "J" => {
+                jit.push_str(rest);
+                jit.push('\n');
             }
             "N" => notes.push(rest.to_string()),
             "C" => {
@@ -1087,10 +1096,11 @@ pub fn reuse_live(
         });
         let top = top_pairs(pairs, cfg.top_pairs);
         let mappings = Mapping::parse_proc_maps(&maps);
+        let jit = JitSymbol::parse_perf_map(&jit);
         let ips: Vec<u64> = top.iter().map(|&((u, _), _)| u).collect();
         let sources = match symbols {
-            Some(preloaded) => preloaded.resolve(mappings, ips),
-            None => Symbolizer::resolve_all(mappings, &ips),
+            Some(preloaded) => preloaded.resolve(mappings, jit, ips),
+            None => Symbolizer::resolve_all(mappings, &jit, &ips),
         };
         let pairs = top
             .into_iter()

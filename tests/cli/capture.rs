@@ -38,6 +38,7 @@ fn read_trace(path: &Path) -> Trace {
             Frame::Mappings(m) => t.mappings.extend(m),
             Frame::End(e) => t.end = Some(e),
             Frame::Note(n) => t.notes.push(n),
+            Frame::JitSymbols(_) => {}
         }
     }
     t.damaged = r.damage().is_some();
@@ -3679,4 +3680,93 @@ fn a_capture_that_cannot_start_leaves_no_new_file() {
         std::fs::read(dir.join("old.mgbt")).unwrap(),
         b"an earlier trace"
     );
+}
+
+/// The perf map a trace's note names (`/tmp/perf-PID.map`), removed: the demo leaves it, as
+/// runtimes do.
+fn remove_perf_map(notes: &str) {
+    if let Some(path) = notes
+        .split_whitespace()
+        .find(|w| w.starts_with("/tmp/perf-") && w.ends_with(".map"))
+    {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Code a program writes at run time (a JIT compiler's) is named by the perf map its
+/// runtime keeps, kept in the trace, under QEMU and ptrace; without a map it is "anonymous
+/// code", and synth says how to name it.
+#[test]
+fn jit_code_is_named_by_its_runtimes_perf_map() {
+    if !need_qemu("capture of JIT-compiled code") {
+        return;
+    }
+    let dir = temp_dir("jit-map");
+    let info = |trace: &str| stdout(&mgbench(&["trace", "info", trace], &dir));
+    for (backend, how, args) in [
+        ("qemu", "--full", vec![app("jitgather")]),
+        (
+            "ptrace",
+            "--full",
+            vec![app("jitgather"), "--n=2048".into(), "--reps=1".into()],
+        ),
+    ] {
+        let trace = format!("{backend}.mgbt");
+        let mut a = vec!["capture", "--backend", backend, how, "-o", &trace, "--"];
+        a.extend(args.iter().map(String::as_str));
+        let o = mgbench(&a, &dir);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let e = stderr(&o);
+        remove_perf_map(&e);
+        assert!(
+            e.contains("names of JIT-compiled code: 1 symbol(s) from /tmp/perf-"),
+            "{e}"
+        );
+        let t = info(&trace);
+        assert!(t.contains("names of JIT-compiled code"), "{t}");
+        let dump = stdout(&mgbench(&["trace", "dump", "--symbols", &trace], &dir));
+        assert!(dump.contains(" load jit_gather_loop [jit]"), "{backend}");
+        let o = mgbench(&["synth", "--quiet", &trace, "-o", "p.json"], &dir);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let p: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("p.json")).unwrap()).unwrap();
+        let names: Vec<&str> = p
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert!(names.contains(&"jit_gather_loop-gather"), "{backend}: {p}");
+    }
+    // Live reuse (no trace; its report on stderr): its instruction pairs name the code too.
+    let o = mgbench(&["reuse", "--", &app("jitgather")], &dir);
+    let e = stderr(&o);
+    remove_perf_map(&e);
+    assert!(o.status.success(), "{e}");
+    assert!(e.contains("jit_gather_loop [jit] ->"), "{e}");
+    assert!(e.contains("names of JIT-compiled code: 1 symbol(s)"), "{e}");
+    // Without a map: anonymous code, and synth says what names it.
+    let o = mgbench(
+        &[
+            "capture",
+            "--full",
+            "-o",
+            "anon.mgbt",
+            "--",
+            &app("jitgather"),
+            "--map=0",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("JIT-compiled"), "{}", stderr(&o));
+    let dump = stdout(&mgbench(&["trace", "dump", "--symbols", "anon.mgbt"], &dir));
+    assert!(dump.contains(" load ?? [anonymous code]"), "{dump:.2000}");
+    let o = mgbench(&["synth", "anon.mgbt", "-o", "a.json"], &dir);
+    let e = stderr(&o);
+    assert!(
+        e.contains("run in anonymous memory, where a JIT compiler writes code"),
+        "{e}"
+    );
+    assert!(e.contains("--perf-basic-prof"), "{e}");
 }

@@ -27,7 +27,7 @@ pub use program::{evex_instructions, host_has_avx512, resolve, which, Program};
 pub use sys::{signal_name, string_ops_under_watchpoint};
 
 use crate::symbols::{ElfImage, FunctionCode, SymbolError};
-use crate::trace::{EndInfo, Frame, Mode, TraceReader, TraceWriter};
+use crate::trace::{EndInfo, Frame, JitSymbol, Mode, TraceReader, TraceWriter};
 
 /// Which backend records the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -622,8 +622,39 @@ pub(crate) fn command_line(program: &Path, args: &[std::ffi::OsString]) -> Vec<S
         .collect()
 }
 
-/// Appends the end frame to a finished trace.
-pub(crate) fn finalize(path: &Path, end: &EndInfo) -> Result<u64, CaptureError> {
+/// The perf map that a JIT runtime in process `pid` wrote (`/tmp/perf-PID.map`, where `perf`
+/// looks: `node --perf-basic-prof`, Julia with `ENABLE_JITPROFILING=1`, Python 3.12 with
+/// `-X perf`, Java with perf-map-agent), its path and symbols; None where there is none, or
+/// where it was last written before `since` (a process before this one with the same pid).
+pub(crate) fn perf_map(
+    pid: u32,
+    since: Option<std::time::SystemTime>,
+) -> Option<(PathBuf, Vec<JitSymbol>)> {
+    let path = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    let modified = std::fs::metadata(&path).ok()?.modified().ok()?;
+    if since.is_some_and(|t| modified < t) {
+        return None;
+    }
+    let text = std::fs::read(&path).ok()?;
+    let syms = JitSymbol::parse_perf_map(&String::from_utf8_lossy(&text));
+    (!syms.is_empty()).then_some((path, syms))
+}
+
+/// What a capture says of the JIT symbols it kept from `path`.
+pub(crate) fn perf_map_note(path: &Path, n: usize) -> String {
+    format!(
+        "names of JIT-compiled code: {n} symbol(s) from {} (the runtime's perf map), kept in the trace",
+        path.display()
+    )
+}
+
+/// Appends the end frame to a finished trace, after the names of JIT-compiled code (`jit`:
+/// a runtime's perf map and its symbols) and a note saying where they came from.
+pub(crate) fn finalize(
+    path: &Path,
+    end: &EndInfo,
+    jit: Option<&(PathBuf, Vec<JitSymbol>)>,
+) -> Result<u64, CaptureError> {
     let out = |cause| CaptureError::Output {
         path: path.to_path_buf(),
         cause,
@@ -633,6 +664,10 @@ pub(crate) fn finalize(path: &Path, end: &EndInfo) -> Result<u64, CaptureError> 
         .open(path)
         .map_err(out)?;
     let mut w = TraceWriter::append(f);
+    if let Some((map, syms)) = jit {
+        w.write_note(&perf_map_note(map, syms.len())).map_err(out)?;
+        w.write_jit_symbols(syms).map_err(out)?;
+    }
     w.write_end(end).map_err(out)?;
     Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
 }

@@ -27,8 +27,8 @@ use super::ptrace_sys::{self, CpuMask, Pin, XsaveLayout};
 use super::sys::{SignalGuard, WakeTimer};
 use super::x86::{self, Decoded, Registers};
 use super::{
-    command_line, finalize, signal_name, CaptureConfig, CaptureError, CaptureReport, ProgramExit,
-    RoiPlan,
+    command_line, finalize, perf_map, perf_map_note, signal_name, CaptureConfig, CaptureError,
+    CaptureReport, ProgramExit, RoiPlan,
 };
 use crate::import::ChunkBuilder;
 use crate::symbols::ElfImage;
@@ -206,6 +206,7 @@ struct Tracer {
     layout: XsaveLayout,
     builder: ChunkBuilder,
     writer: TraceWriter<BufWriter<File>>,
+    /// The executable ranges of the last mappings snapshot (code outside them takes a new one).
     known_maps: Vec<(u64, u64)>,
     window: u64,
     interval: Duration,
@@ -440,7 +441,13 @@ impl Tracer {
             return;
         }
         let maps = read_maps(pid);
-        self.known_maps = maps.iter().map(|m| (m.start, m.end)).collect();
+        // Executable ones only: code that runs where the last snapshot had data (memory
+        // unmapped since, then mapped again for code a JIT compiler wrote) takes a new one.
+        self.known_maps = maps
+            .iter()
+            .filter(|m| m.perms.contains('x'))
+            .map(|m| (m.start, m.end))
+            .collect();
         if !self.known_maps.iter().any(|&(s, e)| ip >= s && ip < e) {
             self.known_maps.push((ip & !0xfff, (ip & !0xfff) + 0x1000));
         }
@@ -1110,6 +1117,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
 
     let guard = SignalGuard::install();
     let start = Instant::now();
+    let started = std::time::SystemTime::now();
     let attached = cfg.pid.is_some();
     let leader = match target {
         Target::Attach(pid) => {
@@ -1416,7 +1424,13 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         skipped: 0,
         errors: tr.errors,
     };
-    let trace_bytes = match finalize(output, &end) {
+    // A JIT runtime's names for the code it wrote (an attached process may have written
+    // them before the capture began).
+    let jit = perf_map(leader.as_raw() as u32, (!attached).then_some(started));
+    if let Some((map, syms)) = &jit {
+        notes.push(perf_map_note(map, syms.len()));
+    }
+    let trace_bytes = match finalize(output, &end, jit.as_ref()) {
         Ok(n) => n,
         Err(e) => {
             warnings.push(format!(

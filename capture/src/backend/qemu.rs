@@ -14,8 +14,8 @@ use super::sys::{
     string_ops_under_watchpoint, SignalGuard,
 };
 use super::{
-    command_line, finalize, scan_counts, signal_name, CaptureConfig, CaptureError, CaptureReport,
-    ProgramExit, RoiPlan,
+    command_line, finalize, perf_map, perf_map_note, scan_counts, signal_name, CaptureConfig,
+    CaptureError, CaptureReport, ProgramExit, RoiPlan,
 };
 use crate::trace::{EndInfo, Mode, RoiMeta, TraceMeta, TraceWriter};
 
@@ -319,6 +319,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     arg.push_str(&roi_arg);
 
     let start = Instant::now();
+    let started = std::time::SystemTime::now();
     let guard = SignalGuard::install();
     let mut command = qemu_command(&qemu, &arg, &program, &cfg.args);
     if let Some(f) = &spill {
@@ -437,7 +438,12 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             cfg.roi.join(", ")
         ));
     }
-    let trace_bytes = match finalize(&output, &end) {
+    // A JIT runtime's names for the code it wrote (the guest's pid is QEMU's).
+    let jit = perf_map(child.id(), Some(started));
+    if let Some((map, syms)) = &jit {
+        notes.push(perf_map_note(map, syms.len()));
+    }
+    let trace_bytes = match finalize(&output, &end, jit.as_ref()) {
         Ok(n) => n,
         Err(e) => {
             warnings.push(format!(
@@ -610,24 +616,42 @@ fn run_live(
     })?;
     let faults = children_minor_faults();
     let start = Instant::now();
+    let started = std::time::SystemTime::now();
     let guard = SignalGuard::install();
-    let status = command
+    let (pid, status) = command
         .spawn()
-        .and_then(|mut c| c.wait())
+        .and_then(|mut c| Ok((c.id(), c.wait()?)))
         .map_err(|cause| CaptureError::Spawn {
             what: what.display().to_string(),
             cause,
         })?;
     let interrupted = guard.caught();
     drop(guard);
+    let elapsed_s = start.elapsed().as_secs_f64();
+    // A JIT runtime's names for the code it wrote go to the events too (`J` lines, read by
+    // `reuse_live`), so that the instruction pairs name it.
+    let mut notes = Vec::new();
+    if let Some((map, syms)) = perf_map(pid, Some(started)) {
+        let mut lines = String::new();
+        for j in &syms {
+            lines.push_str(&format!("J {:x} {:x} {}\n", j.start, j.size, j.name));
+        }
+        let appended = std::fs::OpenOptions::new()
+            .append(true)
+            .open(events)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, lines.as_bytes()));
+        if appended.is_ok() {
+            notes.push(perf_map_note(&map, syms.len()).replace(", kept in the trace", ""));
+        }
+    }
     Ok(LiveRdxRun {
         command: command_line(program, args).join(" "),
         exit: program_exit(status),
         interrupted,
-        elapsed_s: start.elapsed().as_secs_f64(),
+        elapsed_s,
         minor_faults: children_minor_faults().saturating_sub(faults),
         string_cost: None,
-        notes: Vec::new(),
+        notes,
     })
 }
 

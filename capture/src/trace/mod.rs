@@ -22,7 +22,9 @@ mod writer;
 use serde::{Deserialize, Serialize};
 
 pub use codec::{decode_chunk, encode_chunk, ChunkDecoder, ChunkEncoder, CodecError, Layout};
-pub use reader::{read_end_info, Damage, Frame, RawFrame, ReadError, TraceReader};
+pub use reader::{
+    read_end_info, read_jit_symbols, Damage, Frame, RawFrame, ReadError, TraceReader,
+};
 pub use writer::{TraceWriter, DEFAULT_LEVEL};
 
 /// File magic, first 8 bytes of every trace.
@@ -267,6 +269,60 @@ impl Mapping {
     }
 }
 
+/// A name for code that a JIT compiler wrote into anonymous memory, from the perf map the
+/// runtime keeps (`/tmp/perf-PID.map`: `node --perf-basic-prof`, Julia's
+/// `ENABLE_JITPROFILING=1`, Python 3.12's `-X perf`, Java's perf-map-agent), which is what
+/// `perf` reads for the same purpose.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JitSymbol {
+    pub start: u64,
+    /// In bytes (at least 1).
+    pub size: u64,
+    pub name: String,
+}
+
+impl JitSymbol {
+    /// Parses a perf map: one `START SIZE NAME` per line, START and SIZE in hex (with or
+    /// without `0x`), NAME the rest of the line (it may hold spaces). Lines that do not
+    /// parse are skipped; a symbol listed again (code that moved or was compiled again at
+    /// the same place) keeps its latest name.
+    pub fn parse_perf_map(text: &str) -> Vec<JitSymbol> {
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+        let mut out: Vec<JitSymbol> = text
+            .lines()
+            .filter_map(|line| {
+                let mut f = line.trim().splitn(3, char::is_whitespace);
+                let start = hex(f.next()?)?;
+                let size = hex(f.next()?)?;
+                let name = f.next()?.trim();
+                (size > 0 && !name.is_empty() && start.checked_add(size).is_some()).then(|| {
+                    JitSymbol {
+                        start,
+                        size,
+                        name: name.to_string(),
+                    }
+                })
+            })
+            .collect();
+        // Latest first among equal starts, then one per start.
+        out.reverse();
+        out.sort_by_key(|s| s.start);
+        out.dedup_by_key(|s| s.start);
+        out
+    }
+
+    /// The symbol of `syms` (sorted by start, as [`JitSymbol::parse_perf_map`] gives them)
+    /// whose bytes hold `ip`: of overlapping ones, the one starting last.
+    pub fn find(syms: &[JitSymbol], ip: u64) -> Option<&JitSymbol> {
+        let n = syms.partition_point(|s| s.start <= ip);
+        syms[..n]
+            .iter()
+            .rev()
+            .take(64)
+            .find(|s| ip - s.start < s.size)
+    }
+}
+
 /// Whether a mapping named `path` is a stack: the main thread's ([`GUEST_STACK`], as the
 /// kernel names it) or another thread's ([`THREAD_STACK`], named by the capture).
 pub fn is_stack(path: &str) -> bool {
@@ -373,7 +429,39 @@ pub struct EndInfo {
 
 #[cfg(test)]
 mod tests {
-    use super::{Access, AccessKind, Chunk, Mapping, SampleHeader};
+    use super::{Access, AccessKind, Chunk, JitSymbol, Mapping, SampleHeader};
+
+    #[test]
+    fn perf_maps_parse_with_spaces_in_names_and_junk_skipped() {
+        let text = "\
+7f222c005b80 410 JS:^ /tmp/u52/g.js:1:1
+0x7f222c006480 3b8 JS:* /tmp/u52/g.js:1:1
+7f222c006480 3b8 JS:* /tmp/u52/g.js:1:1 (again)
+not a line
+7f222c007000 0 empty
+18c4000 300 Builtin:DeoptimizationEntry_Eager
+";
+        let s = JitSymbol::parse_perf_map(text);
+        let names: Vec<&str> = s.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "Builtin:DeoptimizationEntry_Eager",
+                "JS:^ /tmp/u52/g.js:1:1",
+                "JS:* /tmp/u52/g.js:1:1 (again)"
+            ]
+        );
+        assert_eq!((s[2].start, s[2].size), (0x7f222c006480, 0x3b8));
+        let at = |ip| JitSymbol::find(&s, ip).map(|s| s.name.as_str());
+        assert_eq!(at(0x7f222c005b80), Some("JS:^ /tmp/u52/g.js:1:1"));
+        assert_eq!(at(0x7f222c005b80 + 0x40f), Some("JS:^ /tmp/u52/g.js:1:1"));
+        assert_eq!(at(0x7f222c005b80 + 0x410), None);
+        assert_eq!(
+            at(0x7f222c006480 + 0x3b7),
+            Some("JS:* /tmp/u52/g.js:1:1 (again)")
+        );
+        assert_eq!(at(0x100), None);
+    }
 
     #[test]
     fn proc_maps_lines_parse_and_junk_is_skipped() {

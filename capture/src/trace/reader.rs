@@ -5,9 +5,10 @@ use std::io::{self, Read};
 
 use super::codec::{ChunkDecoder, CodecError, Layout};
 use super::writer::{
-    FRAME_CHUNK, FRAME_COLUMNS, FRAME_END, FRAME_MAGIC, FRAME_MAPPINGS, FRAME_NOTE, MAX_FRAME,
+    FRAME_CHUNK, FRAME_COLUMNS, FRAME_END, FRAME_JIT, FRAME_MAGIC, FRAME_MAPPINGS, FRAME_NOTE,
+    MAX_FRAME,
 };
-use super::{Chunk, EndInfo, Mapping, TraceMeta, MAGIC, MIN_VERSION, VERSION};
+use super::{Chunk, EndInfo, JitSymbol, Mapping, TraceMeta, MAGIC, MIN_VERSION, VERSION};
 
 /// One frame of a trace.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,6 +17,8 @@ pub enum Frame {
     Chunk(Chunk),
     Note(String),
     End(EndInfo),
+    /// Names of JIT-compiled code, sorted by start (see [`JitSymbol`]).
+    JitSymbols(Vec<JitSymbol>),
 }
 
 /// Where and why a trace stops being readable.
@@ -81,6 +84,12 @@ impl RawFrame {
             FRAME_NOTE => Frame::Note(
                 serde_json::from_slice(payload).map_err(|e| damage(format!("note frame: {e}")))?,
             ),
+            FRAME_JIT => {
+                let mut syms: Vec<JitSymbol> = serde_json::from_slice(payload)
+                    .map_err(|e| damage(format!("JIT symbols frame: {e}")))?;
+                syms.sort_by_key(|s| s.start);
+                Frame::JitSymbols(syms)
+            }
             FRAME_END => Frame::End(
                 serde_json::from_slice(payload).map_err(|e| damage(format!("end frame: {e}")))?,
             ),
@@ -301,6 +310,28 @@ fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+/// The names of JIT-compiled code a trace holds (its JIT symbols frames, written when the
+/// program ended), read without decoding its chunks: for readers that name code while they
+/// stream (`trace dump --symbols`). Empty where there are none or the file cannot be read.
+pub fn read_jit_symbols(path: &std::path::Path) -> Vec<JitSymbol> {
+    let Ok(f) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let Ok(mut r) = TraceReader::open(io::BufReader::new(f)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    while let Ok(Some(raw)) = r.next_raw_frame() {
+        if raw.kind == FRAME_JIT {
+            if let Ok(s) = serde_json::from_slice::<Vec<JitSymbol>>(&raw.payload) {
+                out.extend(s);
+            }
+        }
+    }
+    out.sort_by_key(|s| s.start);
+    out
 }
 
 /// The end frame of a finished trace, found from the end of the file without reading the

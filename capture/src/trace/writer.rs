@@ -3,7 +3,7 @@
 use std::io::{self, Write};
 
 use super::codec::ChunkEncoder;
-use super::{Access, Chunk, EndInfo, Mapping, SampleHeader, TraceMeta, MAGIC, VERSION};
+use super::{Access, Chunk, EndInfo, JitSymbol, Mapping, SampleHeader, TraceMeta, MAGIC, VERSION};
 
 /// Frame kinds (see capture/README.md).
 pub(crate) const FRAME_MAPPINGS: u8 = 1;
@@ -13,6 +13,8 @@ pub(crate) const FRAME_END: u8 = 3;
 pub(crate) const FRAME_NOTE: u8 = 4;
 /// A chunk in columns (format 2).
 pub(crate) const FRAME_COLUMNS: u8 = 5;
+/// Names of JIT-compiled code (a runtime's perf map).
+pub(crate) const FRAME_JIT: u8 = 6;
 pub(crate) const FRAME_MAGIC: [u8; 2] = *b"MF";
 /// Largest frame payload accepted by readers.
 pub(crate) const MAX_FRAME: u32 = 256 << 20;
@@ -114,6 +116,12 @@ impl<W: Write> TraceWriter<W> {
     pub fn write_mappings(&mut self, mappings: &[Mapping]) -> io::Result<()> {
         let json = serde_json::to_vec(mappings).map_err(io::Error::other)?;
         self.frame(FRAME_MAPPINGS, &json)
+    }
+
+    /// Writes the names of code a JIT compiler wrote (from the runtime's perf map).
+    pub fn write_jit_symbols(&mut self, symbols: &[JitSymbol]) -> io::Result<()> {
+        let json = serde_json::to_vec(symbols).map_err(io::Error::other)?;
+        self.frame(FRAME_JIT, &json)
     }
 
     /// Writes a free-form note (a warning or error met while capturing).

@@ -23,6 +23,19 @@ fn sample_trace() -> (Vec<u8>, Vec<Frame>) {
     w.write_note("a note").unwrap();
     w.write_chunk(&c2).unwrap();
     assert_eq!(w.counts().0, 66);
+    let jit = vec![
+        JitSymbol {
+            start: 0x7f00_0000,
+            size: 0x15,
+            name: "jit_gather_loop".into(),
+        },
+        JitSymbol {
+            start: 0x7f00_0100,
+            size: 0x40,
+            name: "JS:* /tmp/g.js:1:1".into(),
+        },
+    ];
+    w.write_jit_symbols(&jit).unwrap();
     let end = EndInfo {
         exit_code: Some(0),
         recorded: 66,
@@ -35,6 +48,7 @@ fn sample_trace() -> (Vec<u8>, Vec<Frame>) {
         Frame::Chunk(c1),
         Frame::Note("a note".into()),
         Frame::Chunk(c2),
+        Frame::JitSymbols(jit),
         Frame::End(end),
     ];
     (w.into_inner(), frames)
@@ -48,6 +62,23 @@ fn round_trip_every_frame_kind() {
     let (got, damage) = read_all(&bytes);
     assert_eq!(got, frames);
     assert_eq!(damage, None);
+}
+
+/// The names of JIT-compiled code, read from a file without decoding its chunks (as
+/// `trace dump --symbols` does before it streams).
+#[test]
+fn jit_symbols_are_read_ahead_from_a_file() {
+    let (bytes, frames) = sample_trace();
+    let path = std::env::temp_dir().join(format!("mgbench-jit-{}.mgbt", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let got = read_jit_symbols(&path);
+    std::fs::remove_file(&path).unwrap();
+    let want = frames.iter().find_map(|f| match f {
+        Frame::JitSymbols(s) => Some(s.clone()),
+        _ => None,
+    });
+    assert_eq!(Some(got), want);
+    assert!(read_jit_symbols(std::path::Path::new("/nonexistent/t.mgbt")).is_empty());
 }
 
 #[test]
