@@ -98,6 +98,18 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
 }
 
+/// "a, b, c and 2 more": the first `shown` of `names`, and how many more there are.
+pub(crate) fn list_names(names: &[impl AsRef<str>], shown: usize) -> String {
+    let k = names.len();
+    let first: Vec<&str> = names[..k.min(shown)].iter().map(AsRef::as_ref).collect();
+    let first = first.join(", ");
+    if k > shown {
+        format!("{first} and {} more", k - shown)
+    } else {
+        first
+    }
+}
+
 /// A path in the temporary directory, removed on drop.
 pub(crate) struct TempFile {
     pub(crate) path: PathBuf,
@@ -127,6 +139,17 @@ impl Drop for TempFile {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn names_are_listed_with_how_many_more() {
+        assert_eq!(list_names(&["a"], 3), "a");
+        assert_eq!(list_names(&["a", "b", "c"], 3), "a, b, c");
+        assert_eq!(
+            list_names(&["a", "b", "c", "d", "e"], 3),
+            "a, b, c and 2 more"
+        );
+        assert_eq!(list_names(&[] as &[&str], 3), "");
+    }
 
     #[test]
     fn cli_definition_is_consistent() {

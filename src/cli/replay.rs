@@ -706,13 +706,8 @@ fn note_lines<'a>(records: impl Iterator<Item = (&'a str, &'a [String])>) -> Vec
         .map(|(note, names)| match names.len() {
             1 => format!("note: {}: {note}", names[0]),
             k => format!(
-                "note: {k} configs ({}{}): {note}",
-                names[..k.min(NAMED)].join(", "),
-                if k > NAMED {
-                    format!(" and {} more", k - NAMED)
-                } else {
-                    String::new()
-                }
+                "note: {k} configs ({}): {note}",
+                super::list_names(&names, NAMED)
             ),
         })
         .collect()

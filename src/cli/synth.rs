@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
-use mgbench_capture::symbols::without_parameters;
+use mgbench_capture::symbols::{short_path, without_parameters};
 use mgbench_synth::analyze::{analyze, AnalyzeConfig};
 use mgbench_synth::{apex_entry, pattern_file, synthesize, SynthConfig, SynthReport, Verdict};
 
@@ -169,7 +169,7 @@ fn mine(
     output: Option<PathBuf>,
     show: bool,
     with_apex: bool,
-    unnamed_if_nothing_else: bool,
+    keep_unnamed_in_top: bool,
 ) -> Result<(SynthReport, Option<PathBuf>)> {
     let mine_with = |cfg: &SynthConfig| {
         let _bar = Display::start(&cfg.progress, Style::Bytes);
@@ -182,7 +182,7 @@ fn mine(
         .iter()
         .filter(|c| c.verdict == Verdict::Unsymbolized)
         .count();
-    if unnamed_if_nothing_else && report.patterns.is_empty() && unnamed > 0 {
+    if keep_unnamed_in_top && report.patterns.is_empty() && unnamed > 0 {
         // A stripped program names none of its own code, so the paper's filter leaves nothing
         // to replay; profile keeps what it dropped rather than stopping there.
         eprintln!(
@@ -190,6 +190,34 @@ fn mine(
              --keep-unsymbolized, so that the {unnamed} candidate(s) without a symbol are \
              named by their file and address there",
             report.filter_summary()
+        );
+        cfg.keep_unsymbolized = true;
+        report = mine_with(&cfg)?;
+    } else if keep_unnamed_in_top && report.unnamed_in_top > 0 {
+        // Nor does it where the C library's debug file names malloc's internals: Debian's
+        // `bc` spent its gathers in its own (stripped) code, and profile replayed malloc's.
+        let mut files: Vec<String> = Vec::new();
+        for c in report
+            .candidates
+            .iter()
+            .filter(|c| c.verdict == Verdict::Unsymbolized)
+        {
+            let f = c
+                .source
+                .object
+                .as_deref()
+                .map_or("no file".to_string(), |o| short_path(o).to_string());
+            if !files.contains(&f) {
+                files.push(f);
+            }
+        }
+        eprintln!(
+            "mgbench: {} candidate(s) without a symbol rank among the top {} (code in {}, which \
+             no symbol or debug file names); mining again with --keep-unsymbolized, so that \
+             profile replays the busiest patterns, those named by their file and address there",
+            report.unnamed_in_top,
+            cfg.top,
+            super::list_names(&files, 3)
         );
         cfg.keep_unsymbolized = true;
         report = mine_with(&cfg)?;

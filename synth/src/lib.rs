@@ -170,6 +170,9 @@ pub struct SynthReport {
     pub candidates: Vec<Candidate>,
     /// Instructions whose windows were all regular (filter 1), by kind.
     pub regular: u64,
+    /// Candidates dropped for having no symbol that the other filters keep and that rank
+    /// among the top N (a stripped program's own code).
+    pub unnamed_in_top: usize,
     pub notes: Vec<String>,
 }
 
@@ -590,6 +593,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
     // Filter 5 and the patterns.
     let mut patterns = Vec::new();
     let mut notes = Vec::new();
+    let unnamed_count = unnamed_in_top.0;
     if let (n @ 1.., Some(first)) = unnamed_in_top {
         notes.push(if rank == 0 {
             // Nothing named at all: the program's own code has no symbols (a stripped file
@@ -680,6 +684,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
         patterns,
         candidates: candidates.into_iter().map(|(c, _)| c).collect(),
         regular,
+        unnamed_in_top: unnamed_count,
         notes,
     })
 }

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::common::{app, have, mgbench, read_indices, stderr, stdout, temp_dir};
+use crate::common::{app, build_c, have, mgbench, read_indices, stderr, stdout, temp_dir};
 
 fn patterns(path: &Path) -> Vec<serde_json::Value> {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
@@ -392,6 +392,99 @@ fn profile_of_a_stripped_program_replays_its_unnamed_patterns() {
         err.lines()
             .any(|l| l.trim_start().starts_with("gather+0x") && l.contains(" no symbol (")),
         "{err}"
+    );
+}
+
+/// A stripped program whose own gather outranks the C library's malloc internals, which the
+/// library's debug file names (Debian's `bc` computing digits): `synth` keeps the named ones
+/// only, as the paper's filter does, and `profile` mines again to replay the busiest, the
+/// program's own gather first, where it replayed ten of malloc's.
+#[test]
+fn profile_keeps_a_stripped_programs_own_patterns_over_named_library_ones() {
+    if !have("qemu-x86_64", "mgbench profile") || !have("gcc", "building a test program") {
+        return;
+    }
+    let dir = temp_dir("profile-stripped-mixed");
+    build_c(
+        &dir,
+        "mixed",
+        r#"#include <stdio.h>
+#include <stdlib.h>
+int main(void) {
+    enum { N = 1 << 18, LIVE = 64 };
+    unsigned *idx = malloc(N * sizeof *idx);
+    double *t = malloc(N * sizeof *t);
+    void *live[LIVE] = {0};
+    unsigned long s = 88172645463325252ul;
+    for (long i = 0; i < N; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        idx[i] = s % N, t[i] = i;
+    }
+    /* malloc and free of varied sizes: the library's tcache gathers and scatters */
+    for (long i = 0; i < 40000; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        unsigned k = s % LIVE;
+        free(live[k]);
+        live[k] = malloc(16 + (s >> 20) % 1000);
+    }
+    double sum = 0;
+    for (int r = 0; r < 4; r++)
+        for (long i = 0; i < N; i++) sum += t[idx[i]];
+    printf("%.1f\n", sum);
+    return 0;
+}
+"#,
+        &["-O2", "-s"],
+    );
+    let o = mgbench(
+        &["capture", "--full", "-q", "-o", "m.mgbt", "--", "./mixed"],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mgbench(&["synth", "m.mgbt", "-o", "s.json"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("without a symbol come before the top 10 named ones"),
+        "{err}"
+    );
+    let names = |file: &str| -> Vec<String> {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join(file)).unwrap()).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let named = names("s.json");
+    assert!(
+        !named.is_empty() && named.iter().all(|n| !n.starts_with("mixed+0x")),
+        "{named:?}"
+    );
+
+    let o = mgbench(
+        &[
+            "profile", "--full", "-o", "p.json", "--runs", "1", "--", "./mixed",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("rank among the top 10 (code in mixed, which no symbol or debug file names)")
+            && err.contains("mining again with --keep-unsymbolized"),
+        "{err}"
+    );
+    let replayed = names("p.json");
+    assert!(
+        replayed[0].starts_with("mixed+0x") && replayed[0].ends_with("-gather"),
+        "{replayed:?}"
+    );
+    // The named ones that still rank stay beside it.
+    assert!(
+        replayed.iter().any(|n| !n.starts_with("mixed+0x")),
+        "{replayed:?}"
     );
 }
 
