@@ -649,11 +649,14 @@ pub(crate) fn perf_map_note(path: &Path, n: usize) -> String {
 }
 
 /// Appends the end frame to a finished trace, after the names of JIT-compiled code (`jit`:
-/// a runtime's perf map and its symbols) and a note saying where they came from.
+/// a runtime's perf map and its symbols) and a note saying where they came from, which goes
+/// into `notes` too. Names too many for a frame are left out (the note says so), never the
+/// end frame.
 pub(crate) fn finalize(
     path: &Path,
     end: &EndInfo,
     jit: Option<&(PathBuf, Vec<JitSymbol>)>,
+    notes: &mut Vec<String>,
 ) -> Result<u64, CaptureError> {
     let out = |cause| CaptureError::Output {
         path: path.to_path_buf(),
@@ -665,8 +668,17 @@ pub(crate) fn finalize(
         .map_err(out)?;
     let mut w = TraceWriter::append(f);
     if let Some((map, syms)) = jit {
-        w.write_note(&perf_map_note(map, syms.len())).map_err(out)?;
-        w.write_jit_symbols(syms).map_err(out)?;
+        let note = match w.write_jit_symbols(syms) {
+            Ok(()) => perf_map_note(map, syms.len()),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => format!(
+                "names of JIT-compiled code in {} not kept: {} symbol(s), {e}",
+                map.display(),
+                syms.len()
+            ),
+            Err(e) => return Err(out(e)),
+        };
+        w.write_note(&note).map_err(out)?;
+        notes.push(note);
     }
     w.write_end(end).map_err(out)?;
     Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))

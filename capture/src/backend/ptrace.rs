@@ -27,8 +27,8 @@ use super::ptrace_sys::{self, CpuMask, Pin, XsaveLayout};
 use super::sys::{SignalGuard, WakeTimer};
 use super::x86::{self, Decoded, Registers};
 use super::{
-    command_line, finalize, perf_map, perf_map_note, signal_name, CaptureConfig, CaptureError,
-    CaptureReport, ProgramExit, RoiPlan,
+    command_line, finalize, perf_map, signal_name, CaptureConfig, CaptureError, CaptureReport,
+    ProgramExit, RoiPlan,
 };
 use crate::import::ChunkBuilder;
 use crate::symbols::ElfImage;
@@ -1427,10 +1427,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     // A JIT runtime's names for the code it wrote (an attached process may have written
     // them before the capture began).
     let jit = perf_map(leader.as_raw() as u32, (!attached).then_some(started));
-    if let Some((map, syms)) = &jit {
-        notes.push(perf_map_note(map, syms.len()));
-    }
-    let trace_bytes = match finalize(output, &end, jit.as_ref()) {
+    let trace_bytes = match finalize(output, &end, jit.as_ref(), &mut notes) {
         Ok(n) => n,
         Err(e) => {
             warnings.push(format!(

@@ -440,10 +440,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     }
     // A JIT runtime's names for the code it wrote (the guest's pid is QEMU's).
     let jit = perf_map(child.id(), Some(started));
-    if let Some((map, syms)) = &jit {
-        notes.push(perf_map_note(map, syms.len()));
-    }
-    let trace_bytes = match finalize(&output, &end, jit.as_ref()) {
+    let trace_bytes = match finalize(&output, &end, jit.as_ref(), &mut notes) {
         Ok(n) => n,
         Err(e) => {
             warnings.push(format!(
