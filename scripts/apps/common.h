@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* SplitMix64: the same generator scripts/gen-patterns.py uses. */
 static inline uint64_t splitmix64(uint64_t *state) {
@@ -38,6 +39,22 @@ static inline void write_truth(const char *path, const uint32_t *v, size_t n) {
     if (!f) { perror(path); exit(2); }
     for (size_t i = 0; i < n; i++) fprintf(f, "%u\n", v[i]);
     fclose(f);
+}
+
+/* Copies `n` bytes of machine code into a page of anonymous memory and makes it executable,
+ * as a JIT compiler does; the page, or NULL (with a message naming `who`) where it cannot. */
+static inline void *jit_code(const char *who, const unsigned char *code, size_t n) {
+    unsigned char *buf = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED || n > 4096) {
+        fprintf(stderr, "%s: cannot map a code buffer\n", who);
+        return NULL;
+    }
+    memcpy(buf, code, n);
+    if (mprotect(buf, 4096, PROT_READ | PROT_EXEC) != 0) {
+        fprintf(stderr, "%s: cannot make the code buffer executable\n", who);
+        return NULL;
+    }
+    return buf;
 }
 
 #endif

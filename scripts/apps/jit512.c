@@ -5,7 +5,6 @@
  *
  * usage: jit512 [--n=N] [--reps=R]   (sums an array of N doubles R times; ~0.3 s natively)
  */
-#include <sys/mman.h>
 #include "common.h"
 
 int main(int argc, char **argv) {
@@ -13,16 +12,12 @@ int main(int argc, char **argv) {
     long reps = arg_ll(argc, argv, "--reps", 200);
     /* vpxord zmm0, zmm0, zmm0; ret */
     static const unsigned char code[] = {0x62, 0xf1, 0x7d, 0x48, 0xef, 0xc0, 0xc3};
-    unsigned char *buf = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED || n < 1) {
-        fprintf(stderr, "jit512: cannot map a code buffer (or bad --n)\n");
+    if (n < 1) {
+        fprintf(stderr, "jit512: bad --n\n");
         return 2;
     }
-    memcpy(buf, code, sizeof code);
-    if (mprotect(buf, 4096, PROT_READ | PROT_EXEC) != 0) {
-        fprintf(stderr, "jit512: cannot make the code buffer executable\n");
-        return 2;
-    }
+    void *buf = jit_code("jit512", code, sizeof code);
+    if (!buf) return 2;
     ((void (*)(void))buf)();
     double *x = malloc((size_t)n * sizeof *x);
     for (long i = 0; i < n; i++) x[i] = (double)i;

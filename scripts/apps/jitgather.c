@@ -6,7 +6,6 @@
  *
  * usage: jitgather [--n=N] [--reps=R] [--map=0]   (N table entries and indices; ~0.1 s)
  */
-#include <sys/mman.h>
 #include <unistd.h>
 #include "common.h"
 
@@ -25,18 +24,14 @@ int main(int argc, char **argv) {
     long n = arg_ll(argc, argv, "--n", 1 << 18);
     long reps = arg_ll(argc, argv, "--reps", 4);
     int map = arg_ll(argc, argv, "--map", 1) != 0;
-    unsigned char *buf = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     double *table = malloc((size_t)n * sizeof *table);
     unsigned *idx = malloc((size_t)n * sizeof *idx);
-    if (buf == MAP_FAILED || !table || !idx || n < 1) {
+    if (!table || !idx || n < 1) {
         fprintf(stderr, "jitgather: out of memory (or bad --n)\n");
         return 2;
     }
-    memcpy(buf, code, sizeof code);
-    if (mprotect(buf, 4096, PROT_READ | PROT_EXEC) != 0) {
-        fprintf(stderr, "jitgather: cannot make the code buffer executable\n");
-        return 2;
-    }
+    void *buf = jit_code("jitgather", code, sizeof code);
+    if (!buf) return 2;
     if (map) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());

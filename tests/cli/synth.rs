@@ -449,10 +449,7 @@ int main(void) {
         "{err}"
     );
     let names = |file: &str| -> Vec<String> {
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join(file)).unwrap()).unwrap();
-        v.as_array()
-            .unwrap()
+        patterns(&dir.join(file))
             .iter()
             .filter_map(|p| p["name"].as_str().map(str::to_string))
             .collect()
