@@ -1024,11 +1024,6 @@ impl Symbolizer {
         self.cache.clear();
     }
 
-    /// Whether the trace named any JIT-compiled code.
-    pub fn has_jit_symbols(&self) -> bool {
-        !self.jit.is_empty()
-    }
-
     /// Adds mappings that a trace lists later (a mappings frame), keeping the files loaded.
     pub fn add_mappings(&mut self, more: &[Mapping]) {
         self.mappings.extend_from_slice(more);
@@ -1756,11 +1751,9 @@ mod tests {
             sym.resolve(0x7f00_0100).object.as_deref(),
             Some("/etc/ld.so.cache")
         );
-        assert!(!sym.has_jit_symbols());
         sym.add_jit_symbols(&JitSymbol::parse_perf_map(
             "7f00a000 15 jit_gather_loop\n7f100000 8 JS:* /tmp/g.js:1:1\n",
         ));
-        assert!(sym.has_jit_symbols());
         let named = sym.resolve(0x7f00_a004);
         assert_eq!(named.function.as_deref(), Some("jit_gather_loop"));
         assert_eq!(named.describe(), "jit_gather_loop [jit]");

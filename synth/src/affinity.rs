@@ -301,7 +301,7 @@ struct Placement<'a> {
 /// or one source line) are one entry: three rows saying the same would hide the next
 /// function. Every instruction counts (each resolves once per trace): an interpreter touches
 /// its stack frame from hundreds, and the 64 hottest alone gave sqlite3VdbeExec 13% of a
-/// region it made most of.
+/// region it made 29% of.
 fn grouped_code(
     ips: &[(u64, u64)],
     mut resolve: impl FnMut(u64) -> (Option<String>, String),

@@ -640,10 +640,10 @@ pub(crate) fn perf_map(
     (!syms.is_empty()).then_some((path, syms))
 }
 
-/// What a capture says of the JIT symbols it kept from `path`.
+/// What a capture (or live run) says of the `n` JIT symbols it read from `path`.
 pub(crate) fn perf_map_note(path: &Path, n: usize) -> String {
     format!(
-        "names of JIT-compiled code: {n} symbol(s) from {} (the runtime's perf map), kept in the trace",
+        "names of JIT-compiled code: {n} symbol(s) from {} (the runtime's perf map)",
         path.display()
     )
 }
@@ -669,7 +669,7 @@ pub(crate) fn finalize(
     let mut w = TraceWriter::append(f);
     if let Some((map, syms)) = jit {
         let note = match w.write_jit_symbols(syms) {
-            Ok(()) => perf_map_note(map, syms.len()),
+            Ok(()) => format!("{}, kept in the trace", perf_map_note(map, syms.len())),
             Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => format!(
                 "names of JIT-compiled code in {} not kept: {} symbol(s), {e}",
                 map.display(),

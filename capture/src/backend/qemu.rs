@@ -638,7 +638,7 @@ fn run_live(
             .open(events)
             .and_then(|mut f| std::io::Write::write_all(&mut f, lines.as_bytes()));
         if appended.is_ok() {
-            notes.push(perf_map_note(&map, syms.len()).replace(", kept in the trace", ""));
+            notes.push(perf_map_note(&map, syms.len()));
         }
     }
     Ok(LiveRdxRun {
