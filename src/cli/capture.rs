@@ -12,7 +12,7 @@ use mgbench_capture::backend::{
 };
 use mgbench_capture::import::{import_meta, ImportKind};
 use mgbench_capture::stats::trace_info;
-use mgbench_capture::symbols::Symbolizer;
+use mgbench_capture::symbols::{Symbolizer, ANONYMOUS_CODE, JIT_HINT};
 use mgbench_capture::trace::{read_jit_symbols, EndInfo, Frame, Mode, TraceReader, TraceWriter};
 use mgbench_replay::results::{output_target, OutputTarget};
 
@@ -450,6 +450,14 @@ fn info(file: &Path, format: InfoFormat, top: usize) -> Result<i32> {
                     t.stores,
                     mgbench_capture::symbols::short_source(&t.source.describe_instruction())
                 )?;
+            }
+            let anonymous = i
+                .top_instructions
+                .iter()
+                .filter(|t| t.source.object.as_deref() == Some(ANONYMOUS_CODE))
+                .count();
+            if anonymous > 0 {
+                writeln!(out, "\nnote: {anonymous} of these instructions {JIT_HINT}")?;
             }
         }
     }

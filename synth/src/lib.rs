@@ -37,6 +37,7 @@ use std::path::Path;
 use mgbench_capture::progress::{CountingReader, Progress};
 use mgbench_capture::symbols::{
     short_path, without_abi_tag, without_parameters, SourceLocation, Symbolizer, ANONYMOUS_CODE,
+    JIT_HINT,
 };
 use mgbench_capture::trace::{
     AccessKind, Chunk, Damage, Frame, JitSymbol, Mapping, TraceMeta, TraceReader,
@@ -345,13 +346,6 @@ fn describe_compression(c: &Compression, cap: usize) -> String {
     }
 }
 
-/// What to do about code in anonymous memory that nothing names.
-const JIT_HINT: &str = "candidates without a symbol run in anonymous memory, where a JIT \
-    compiler writes code (V8, Julia, the JVM, PyPy): where its runtime keeps a perf map \
-    (/tmp/perf-PID.map: node --perf-basic-prof, julia with ENABLE_JITPROFILING=1, python3.12 -X \
-    perf, Java with perf-map-agent), mgbench capture keeps its names in the trace and they name \
-    the patterns";
-
 /// Where instruction `ip` (resolved as `source`) lies when nothing names it: "libfoo.so+0x1a08ef"
 /// (its file and its address there, which `addr2line -e` and `objdump` take and which stay
 /// the same from run to run), or its run-time address where no file holds it.
@@ -613,7 +607,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
             )
         });
         if unnamed_jit {
-            notes.push(JIT_HINT.to_string());
+            notes.push(format!("candidates without a symbol {JIT_HINT}"));
         }
     }
     let mut names: HashMap<String, usize> = HashMap::new();

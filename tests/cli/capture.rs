@@ -3762,6 +3762,9 @@ fn jit_code_is_named_by_its_runtimes_perf_map() {
     assert!(!stderr(&o).contains("JIT-compiled"), "{}", stderr(&o));
     let dump = stdout(&mgbench(&["trace", "dump", "--symbols", "anon.mgbt"], &dir));
     assert!(dump.contains(" load ?? [anonymous code]"), "{dump:.2000}");
+    let t = info("anon.mgbt");
+    assert!(t.contains("?? [anonymous code]"), "{t}");
+    assert!(t.contains("of these instructions run in anonymous memory"), "{t}");
     let o = mgbench(&["synth", "anon.mgbt", "-o", "a.json"], &dir);
     let e = stderr(&o);
     assert!(
