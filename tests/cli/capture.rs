@@ -3764,7 +3764,10 @@ fn jit_code_is_named_by_its_runtimes_perf_map() {
     assert!(dump.contains(" load ?? [anonymous code]"), "{dump:.2000}");
     let t = info("anon.mgbt");
     assert!(t.contains("?? [anonymous code]"), "{t}");
-    assert!(t.contains("of these instructions run in anonymous memory"), "{t}");
+    assert!(
+        t.contains("of these instructions run in anonymous memory"),
+        "{t}"
+    );
     let o = mgbench(&["synth", "anon.mgbt", "-o", "a.json"], &dir);
     let e = stderr(&o);
     assert!(
