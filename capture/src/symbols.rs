@@ -1007,9 +1007,9 @@ pub const ANONYMOUS_CODE: &str = "anonymous code";
 /// What names [`ANONYMOUS_CODE`] (after "... instructions" or "candidates without a symbol").
 pub const JIT_HINT: &str = "run in anonymous memory, where a JIT compiler writes code (V8, \
     Julia, the JVM, PyPy): where its runtime keeps a perf map (/tmp/perf-PID.map: node \
-    --perf-basic-prof, julia with ENABLE_JITPROFILING=1, python3.12 -X perf, Java with \
-    perf-map-agent), mgbench capture keeps its names in the trace and every command names that \
-    code";
+    --perf-basic-prof, julia with ENABLE_JITPROFILING=1, python3.12 -X perf, java \
+    -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit), mgbench capture keeps its names \
+    in the trace and every command names that code";
 
 impl Symbolizer {
     pub fn new(mut mappings: Vec<Mapping>) -> Symbolizer {

@@ -624,7 +624,7 @@ pub(crate) fn command_line(program: &Path, args: &[std::ffi::OsString]) -> Vec<S
 
 /// The perf map that a JIT runtime in process `pid` wrote (`/tmp/perf-PID.map`, where `perf`
 /// looks: `node --perf-basic-prof`, Julia with `ENABLE_JITPROFILING=1`, Python 3.12 with
-/// `-X perf`, Java with perf-map-agent), its path and symbols; None where there is none, or
+/// `-X perf`, Java with `-XX:+DumpPerfMapAtExit`), its path and symbols; None where there is none, or
 /// where it was last written before `since` (a process before this one with the same pid).
 pub(crate) fn perf_map(
     pid: u32,

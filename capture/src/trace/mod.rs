@@ -271,7 +271,7 @@ impl Mapping {
 
 /// A name for code that a JIT compiler wrote into anonymous memory, from the perf map the
 /// runtime keeps (`/tmp/perf-PID.map`: `node --perf-basic-prof`, Julia's
-/// `ENABLE_JITPROFILING=1`, Python 3.12's `-X perf`, Java's perf-map-agent), which is what
+/// `ENABLE_JITPROFILING=1`, Python 3.12's `-X perf`, Java's `-XX:+DumpPerfMapAtExit`), which is what
 /// `perf` reads for the same purpose.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JitSymbol {
