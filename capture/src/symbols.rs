@@ -1122,20 +1122,17 @@ impl Symbolizer {
     fn lookup(&mut self, ip: u64) -> SourceLocation {
         let Some(m) = self.mapping_of(ip) else {
             // Code where no file is mapped: a JIT compiler's, named by the runtime's perf
-            // map where it kept one.
-            let object = if let Some(j) = JitSymbol::find(&self.jit, ip) {
+            // map where it kept one; anonymous code where a mapping holds it unnamed.
+            if let Some(j) = JitSymbol::find(&self.jit, ip) {
                 return SourceLocation {
                     object: Some(JIT_CODE.into()),
                     function: Some(j.name.clone()),
                     ..SourceLocation::default()
                 };
-            } else if self.mappings.iter().any(|m| m.start <= ip && ip < m.end) {
-                Some(ANONYMOUS_CODE.into())
-            } else {
-                None
-            };
+            }
+            let anonymous = self.mappings.iter().any(|m| m.start <= ip && ip < m.end);
             return SourceLocation {
-                object,
+                object: anonymous.then(|| ANONYMOUS_CODE.into()),
                 ..SourceLocation::default()
             };
         };

@@ -182,18 +182,19 @@ fn mine(
         .iter()
         .filter(|c| c.verdict == Verdict::Unsymbolized)
         .count();
-    if keep_unnamed_in_top && report.patterns.is_empty() && unnamed > 0 {
+    // Why profile mines again keeping the candidates without a symbol, if it does.
+    let again = if !keep_unnamed_in_top {
+        None
+    } else if report.patterns.is_empty() && unnamed > 0 {
         // A stripped program names none of its own code, so the paper's filter leaves nothing
         // to replay; profile keeps what it dropped rather than stopping there.
-        eprintln!(
-            "mgbench: no named pattern survived the filters ({}); mining again with \
+        Some(format!(
+            "no named pattern survived the filters ({}); mining again with \
              --keep-unsymbolized, so that the {unnamed} candidate(s) without a symbol are \
              named by their file and address there",
             report.filter_summary()
-        );
-        cfg.keep_unsymbolized = true;
-        report = mine_with(&cfg)?;
-    } else if keep_unnamed_in_top && report.unnamed_in_top > 0 {
+        ))
+    } else if report.unnamed_in_top > 0 {
         // Nor does it where the C library's debug file names malloc's internals: Debian's
         // `bc` spent its gathers in its own (stripped) code, and profile replayed malloc's.
         let mut files: Vec<String> = Vec::new();
@@ -211,14 +212,19 @@ fn mine(
                 files.push(f);
             }
         }
-        eprintln!(
-            "mgbench: {} candidate(s) without a symbol rank among the top {} (code in {}, which \
-             no symbol or debug file names); mining again with --keep-unsymbolized, so that \
+        Some(format!(
+            "{} candidate(s) without a symbol rank among the top {} (code in {}, which no \
+             symbol or debug file names); mining again with --keep-unsymbolized, so that \
              profile replays the busiest patterns, those named by their file and address there",
             report.unnamed_in_top,
             cfg.top,
             super::list_names(&files, 3)
-        );
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = again {
+        eprintln!("mgbench: {why}");
         cfg.keep_unsymbolized = true;
         report = mine_with(&cfg)?;
     }
