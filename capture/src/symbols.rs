@@ -986,6 +986,8 @@ struct LoadedObject {
     loader: addr2line::Loader,
     /// (file offset, file size, vaddr) of each PT_LOAD segment.
     segments: Vec<(u64, u64, u64)>,
+    /// The procedure linkage table's stubs, sorted by start: no symbol table names them.
+    plt: Vec<FunctionSymbol>,
 }
 
 /// Resolves instruction addresses of a traced process; caches per address and per file.
@@ -1145,7 +1147,10 @@ impl Symbolizer {
             return loc;
         };
         loc.link_addr = Some(elf_addr);
-        loc.function = obj.loader.find_symbol(elf_addr).map(demangle);
+        loc.function = match plt_stub(&obj.plt, elf_addr) {
+            Some(stub) => Some(format!("{}@plt", stub.name())),
+            None => obj.loader.find_symbol(elf_addr).map(demangle),
+        };
         // DWARF's frames at the address, innermost first: its source line is the innermost
         // frame's (the line table's), and more than one frame is inlined code.
         let mut frames = obj.loader.find_frames(elf_addr).ok();
@@ -1398,7 +1403,80 @@ fn load_object(path: &Path) -> Option<LoadedObject> {
     let loader = debug_file(path, &file)
         .and_then(|d| addr2line::Loader::new(d).ok())
         .or_else(|| addr2line::Loader::new(path).ok())?;
-    Some(LoadedObject { loader, segments })
+    Some(LoadedObject {
+        loader,
+        segments,
+        plt: plt_stubs(&data),
+    })
+}
+
+/// The stubs of an x86-64 ELF file's procedure linkage table (`.plt`, `.plt.sec`,
+/// `.plt.got`), each with the name of the function it jumps to (`function@plt`, as objdump
+/// and perf say): a call into another library loads its address from the GOT there, and no symbol
+/// table names that code. A stub is found by its `jmp *slot(%rip)` (with or without the IBT
+/// and MPX prefixes) and named by the dynamic relocation that fills the slot.
+fn plt_stubs(data: &[u8]) -> Vec<FunctionSymbol> {
+    use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
+    use object::{ObjectSymbolTable, RelocationTarget};
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(data) else {
+        return Vec::new();
+    };
+    let endian = elf.endian();
+    let (Some(relocations), Some(dynsym)) = (elf.dynamic_relocations(), elf.dynamic_symbol_table())
+    else {
+        return Vec::new();
+    };
+    let slots: HashMap<u64, String> = relocations
+        .filter_map(|(slot, r)| match r.target() {
+            RelocationTarget::Symbol(i) => {
+                let name = dynsym.symbol_by_index(i).ok()?.name().ok()?;
+                (!name.is_empty()).then(|| (slot, name.to_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut stubs = Vec::new();
+    let Ok(sections) = elf.elf_header().sections(endian, data) else {
+        return stubs;
+    };
+    for header in sections.iter() {
+        let name = sections.section_name(endian, header).unwrap_or_default();
+        if !matches!(name, b".plt" | b".plt.sec" | b".plt.got") {
+            continue;
+        }
+        let Ok(code) = header.data(endian, data) else {
+            continue;
+        };
+        let start = header.sh_addr(endian);
+        let entry = match header.sh_entsize(endian) {
+            8 | 16 => header.sh_entsize(endian) as usize,
+            _ => 16,
+        };
+        for (k, bytes) in code.chunks(entry).enumerate() {
+            let at = start + (k * entry) as u64;
+            let target = bytes.windows(6).enumerate().find_map(|(i, w)| {
+                if w[..2] != [0xff, 0x25] {
+                    return None;
+                }
+                let disp = i32::from_le_bytes([w[2], w[3], w[4], w[5]]);
+                let slot = at
+                    .wrapping_add((i + 6) as u64)
+                    .wrapping_add(disp as i64 as u64);
+                slots.get(&slot)
+            });
+            if let Some(target) = target {
+                stubs.push(FunctionSymbol::new(target.clone(), at, bytes.len() as u64));
+            }
+        }
+    }
+    stubs.sort_by_key(|s| s.start);
+    stubs
+}
+
+/// The stub of `plt` (see [`plt_stubs`]) that holds `addr`.
+fn plt_stub(plt: &[FunctionSymbol], addr: u64) -> Option<&FunctionSymbol> {
+    let i = plt.partition_point(|s| s.start <= addr).checked_sub(1)?;
+    plt.get(i).filter(|s| addr < s.start + s.size)
 }
 
 /// Whether the file at `path` is a dynamic loader (glibc's `ld-linux-x86-64.so.2`, musl's
@@ -1645,6 +1723,85 @@ mod tests {
         let objects = program_objects(&dir.join("m"));
         let lib = std::fs::canonicalize(dir.join("lib/libf.so")).unwrap();
         assert!(objects.contains(&lib.display().to_string()), "{objects:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn plt_stubs_are_named_as_objdump_names_them() {
+        // A program's calls into the C library go through its PLT; how the linker lays that
+        // out (lazy .plt, .plt.sec with IBT, .plt.got for a function also taken by address)
+        // depends on flags. objdump names each stub `function@plt`: the oracle.
+        let tools = ["gcc", "objdump"].map(|t| {
+            std::process::Command::new(t)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+        if tools.contains(&false) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "needs gcc and objdump (binutils), which CI installs with scripts/setup.sh"
+            );
+            eprintln!("skipped: no gcc or objdump");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("mgbench-plt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("m.c"),
+            "#include <stdio.h>\n#include <string.h>\n#include <stdlib.h>\n\
+             size_t (*taken)(const char *) = strlen;\n\
+             int main(int argc, char **argv) {\n\
+             char *p = malloc(64); snprintf(p, 64, \"%s\", argv[0]);\n\
+             puts(p); free(p); return (int)strlen(argv[0]) + (int)taken(argv[0]) + argc; }\n",
+        )
+        .unwrap();
+        let variants: [&[&str]; 4] = [
+            &["-O2"],
+            &["-O2", "-Wl,-z,now"],
+            &["-O2", "-fcf-protection", "-Wl,-z,ibtplt"],
+            &["-O2", "-no-pie", "-Wl,-z,lazy"],
+        ];
+        for (k, flags) in variants.iter().enumerate() {
+            let exe = dir.join(format!("m{k}"));
+            let o = std::process::Command::new("gcc")
+                .args(*flags)
+                .arg("-o")
+                .arg(&exe)
+                .arg(dir.join("m.c"))
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let dump = std::process::Command::new("objdump")
+                .args(["-d", "-j", ".plt", "-j", ".plt.sec", "-j", ".plt.got"])
+                .arg(&exe)
+                .output()
+                .unwrap();
+            let mut want: Vec<(u64, String)> = String::from_utf8_lossy(&dump.stdout)
+                .lines()
+                .filter_map(|l| {
+                    let (addr, rest) = l.split_once(" <")?;
+                    let name = rest.strip_suffix("@plt>:")?;
+                    Some((u64::from_str_radix(addr, 16).ok()?, name.to_string()))
+                })
+                .collect();
+            want.sort();
+            let got: Vec<(u64, String)> = plt_stubs(&std::fs::read(&exe).unwrap())
+                .iter()
+                .map(|s| (s.start, s.raw_name.clone()))
+                .collect();
+            assert!(
+                want.iter().any(|(_, n)| n == "strlen"),
+                "{flags:?}: {want:?}"
+            );
+            assert_eq!(got, want, "{flags:?}");
+            // Every byte of a stub is named by it; the byte before the first is not.
+            let plt = plt_stubs(&std::fs::read(&exe).unwrap());
+            for s in &plt {
+                assert_eq!(plt_stub(&plt, s.start + s.size - 1), Some(s));
+            }
+            assert_eq!(plt_stub(&plt, plt[0].start - 1), None);
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
