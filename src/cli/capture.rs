@@ -69,8 +69,12 @@ pub struct CaptureArgs {
     /// Attach to a running process (ptrace backend) instead of starting PROGRAM.
     #[arg(long, value_name = "PID")]
     pid: Option<i32>,
+    /// With --pid: detach after SECONDS (e.g. 2.5) and leave the process running (without
+    /// it, Ctrl-C or SIGTERM detaches, or the process's end).
+    #[arg(long, value_name = "SECONDS", requires = "pid", value_parser = seconds)]
+    duration: Option<std::time::Duration>,
     /// Program to run, and its arguments (`--` before them is optional).
-    #[arg(value_name = "PROGRAM [ARGS]...", allow_hyphen_values = true)]
+    #[arg(value_name = "PROGRAM [ARGS]...", trailing_var_arg = true)]
     command: Vec<OsString>,
 }
 
@@ -142,7 +146,24 @@ fn run_capture(cfg: &CaptureConfig) -> Result<backend::CaptureReport> {
     Ok(backend::capture(cfg)?)
 }
 
+/// A positive number of seconds, for `--duration`.
+fn seconds(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() && v < 1e9 => Ok(std::time::Duration::from_secs_f64(v)),
+        _ => Err(format!(
+            "{s:?} is not a positive number of seconds (e.g. 2 or 0.5)"
+        )),
+    }
+}
+
 pub fn capture(mut args: CaptureArgs) -> Result<i32> {
+    if let (Some(pid), false) = (args.pid, args.command.is_empty()) {
+        let words: Vec<_> = args.command.iter().map(|w| w.to_string_lossy()).collect();
+        bail!(
+            "--pid {pid} attaches to a running process and takes no PROGRAM, but `{}` follows the options: options go first (mgbench capture --pid {pid} --duration 5 -o T.mgbt)",
+            words.join(" ")
+        );
+    }
     let mut command = std::mem::take(&mut args.command).into_iter();
     let program = match (command.next(), args.pid) {
         (Some(p), _) => PathBuf::from(p),
@@ -178,6 +199,7 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
         roi: args.roi.clone(),
         roi_inclusive: !args.roi_exclusive,
         pid: args.pid,
+        attach_for: args.duration,
         progress: Default::default(),
         notes: why.iter().map(|w| auto_note(kind, w)).collect(),
         sample_seed: args.sample_seed,
@@ -293,6 +315,13 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
         eprintln!(
             "mgbench: interrupted by {}: the trace is finalised and readable",
             backend::signal_name(sig)
+        );
+    } else if let (Some(pid), Some(d), ProgramExit::Detached) =
+        (cfg.pid, cfg.attach_for, report.exit)
+    {
+        eprintln!(
+            "mgbench: detached from pid {pid} after --duration {} s; it runs on",
+            d.as_secs_f64()
         );
     }
     match report.exit {

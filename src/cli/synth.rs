@@ -363,7 +363,7 @@ pub struct ProfileArgs {
     /// Program to profile, and its arguments.
     #[arg(
         value_name = "PROGRAM [ARGS]...",
-        allow_hyphen_values = true,
+        trailing_var_arg = true,
         required = true
     )]
     command: Vec<OsString>,

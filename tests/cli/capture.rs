@@ -3073,6 +3073,57 @@ fn ptrace_timed_windows_and_attach() {
     assert!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>() > 0);
     assert!(t.end.unwrap().interrupted);
 
+    // --duration: mgbench detaches by itself and the process runs on.
+    let mut target = KillOnDrop(
+        Command::new(app("spmv"))
+            .args(["--rows=65536", "--iters=1000000"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = target.0.id().to_string();
+    let o = mgbench(
+        &[
+            "capture",
+            "--quiet",
+            "--pid",
+            &pid,
+            "--duration",
+            "1",
+            "-o",
+            "d.mgbt",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("detached from pid {pid} after --duration 1 s")),
+        "{}",
+        stderr(&o)
+    );
+    let state = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        state.contains("State:\tR") || state.contains("State:\tS"),
+        "after --duration: {state}"
+    );
+    let t = read_trace(&dir.join("d.mgbt"));
+    assert!(t.chunks.iter().map(|c| c.accesses.len()).sum::<usize>() > 0);
+    let end = t.end.unwrap();
+    assert!(!end.interrupted && end.exit_code.is_none() && end.signal.is_none());
+    // What follows --pid's options is PROGRAM's place, which --pid leaves empty: an error,
+    // not a capture that names its trace after the first word (`--duration.mgbt` did).
+    let o = mgbench(&["capture", "--pid", &pid, "e.mgbt"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("takes no PROGRAM, but `e.mgbt` follows the options"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.join("e.mgbt.mgbt").exists() && !dir.join("e.mgbt").exists());
+    let _ = target.0.kill();
+    let _ = target.0.wait();
+
     // A threaded program, its main thread stepped while blocked in `pthread_join`: after the
     // detach it runs to its own end with the native result (a step's SIGTRAP still queued at
     // the detach used to kill it).
@@ -3455,6 +3506,21 @@ fn auto_backend_says_which_and_why_and_falls_back_on_avx512() {
 #[test]
 fn backend_option_errors() {
     let dir = temp_dir("backend-opts");
+    // A mistyped option is not taken for the program's name (the capture used to run it as
+    // PROGRAM "--fulll" and fail to find it); after PROGRAM, words are its own.
+    let o = mgbench(&["capture", "--fulll", &app("gather")], &dir);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("unexpected argument '--fulll'") && stderr(&o).contains("'--full'"),
+        "{}",
+        stderr(&o)
+    );
+    let o = mgbench(&["profile", "--threds", "2", &app("gather")], &dir);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("'--threads'"), "{}", stderr(&o));
+    let o = mgbench(&["capture", "--duration", "1", &app("gather")], &dir);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--pid <PID>"), "{}", stderr(&o));
     let o = mgbench(
         &["capture", "--backend", "qemu", "--pid", "1", "-o", "x.mgbt"],
         &dir,

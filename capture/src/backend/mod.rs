@@ -78,6 +78,8 @@ pub struct CaptureConfig {
     pub roi_inclusive: bool,
     /// Attach to this process instead of starting one (ptrace).
     pub pid: Option<i32>,
+    /// With `pid`: detach after this long, as Ctrl-C would, leaving the process running.
+    pub attach_for: Option<std::time::Duration>,
     /// Advanced while the program runs: accesses recorded (`done`) and trace bytes (`items`).
     pub progress: crate::progress::Progress,
     /// Added to the trace header's notes (e.g. why `--backend auto` chose this backend).

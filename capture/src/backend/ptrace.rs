@@ -1208,15 +1208,18 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     let mut detaching = false;
     let mut exit = ProgramExit::Detached;
     loop {
-        if let Some(sig) = guard.caught() {
-            if attached && !detaching && !tr.failed {
+        let caught = guard.caught();
+        // (An attached process is let go on Ctrl-C or SIGTERM, or once --duration is over.)
+        let over = cfg.attach_for.is_some_and(|d| start.elapsed() >= d);
+        if attached && (caught.is_some() || over) {
+            if !detaching && !tr.failed {
                 detaching = true;
                 for tid in tr.threads.keys() {
                     let _ = ptrace::interrupt(*tid);
                 }
-            } else if !attached {
-                forward_signal(leader, sig);
             }
+        } else if let Some(sig) = caught.filter(|_| !attached) {
+            forward_signal(leader, sig);
         }
         if tr.threads.is_empty() {
             break;
