@@ -38,6 +38,7 @@
 #[cfg(feature = "backends")]
 pub mod backend;
 pub mod descriptors;
+pub mod fasthash;
 pub mod import;
 pub mod native_rdx;
 pub mod perf;

@@ -93,7 +93,7 @@ pub fn trace_info(path: &Path, top: usize) -> Result<TraceInfo, InfoError> {
         }
     })?;
     let meta = r.meta().clone();
-    let mut per_ip: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut per_ip: HashMap<u64, (u64, u64), crate::fasthash::Build> = HashMap::default();
     let mut threads: HashMap<u32, (u64, u64, Option<u64>)> = HashMap::new();
     let mut mappings: Vec<Mapping> = Vec::new();
     let mut jit: Vec<JitSymbol> = Vec::new();

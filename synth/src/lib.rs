@@ -22,7 +22,7 @@ pub mod affinity;
 pub mod analyze;
 pub mod apex;
 pub mod config;
-mod fasthash;
+use mgbench_capture::fasthash;
 pub mod locality;
 pub mod rdx;
 pub mod record;
