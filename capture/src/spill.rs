@@ -46,6 +46,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::trace::{Access, AccessKind, SampleHeader, TraceWriter};
 
+/// Skips from this long on are counted inline, by generated code, where the plugin switches
+/// instrumentation at window boundaries; shorter ones by callbacks.
+pub const INLINE_MIN_SKIP: u64 = 1 << 18;
+
 pub const MAGIC: [u8; 8] = *b"MGBSPIL4";
 /// Accesses per slot: a chunk of the trace.
 pub const SLOT_ACCESSES: usize = 1 << 16;

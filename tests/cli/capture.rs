@@ -3842,3 +3842,82 @@ fn jit_code_is_named_by_its_runtimes_perf_map() {
     );
     assert!(e.contains("--perf-basic-prof"), "{e}");
 }
+
+#[test]
+fn go_programs_run_without_signal_preemption_where_counting_is_inline() {
+    // Go's runtime preempts threads with SIGURG; under QEMU 7.2 that killed sampled captures
+    // and live runs of Debian's `restic` (see `go_preemption` in the qemu backend). A C
+    // program with the section Go's linker writes stands in for one and says what GODEBUG
+    // it got.
+    if !need_qemu("the Go preemption setting") || !have("gcc", "the Go preemption setting") {
+        return;
+    }
+    let dir = temp_dir("go-preempt");
+    let says = "#include <stdio.h>\n#include <stdlib.h>\n\
+        int main(void) { const char *g = getenv(\"GODEBUG\");\n\
+        printf(\"GODEBUG=%s\\n\", g ? g : \"(unset)\"); return 0; }\n";
+    let go = format!(
+        "__attribute__((section(\".go.buildinfo\"), used)) static const char info[32] = \"\\xff Go buildinf:\";\n{says}"
+    );
+    build_c(&dir, "gofake", &go, &["-O2"]);
+    build_c(&dir, "plain", says, &["-O2"]);
+    let run = |args: &[&str], godebug: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mgbench"));
+        c.args(args).current_dir(&dir).env_remove("GODEBUG");
+        if let Some(g) = godebug {
+            c.env("GODEBUG", g);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        o
+    };
+    let sampled = ["capture", "--quiet", "-o", "g.mgbt", "./gofake"];
+    let o = run(&sampled, None);
+    assert!(
+        stdout(&o).contains("GODEBUG=asyncpreemptoff=1\n"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stderr(&o).contains("note: Go program: run with GODEBUG=asyncpreemptoff=1"),
+        "{}",
+        stderr(&o)
+    );
+    let info = stdout(&mgbench(&["trace", "info", "g.mgbt"], &dir));
+    assert!(info.contains("Go program: run with GODEBUG"), "{info}");
+    // The user's own settings are kept, and their choice of preemption too.
+    let o = run(&sampled, Some("madvdontneed=1"));
+    assert!(
+        stdout(&o).contains("GODEBUG=madvdontneed=1,asyncpreemptoff=1\n"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(&sampled, Some("asyncpreemptoff=0"));
+    assert!(
+        stdout(&o).contains("GODEBUG=asyncpreemptoff=0\n"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stderr(&o).contains("kept as given"), "{}", stderr(&o));
+    // A full capture counts nothing inline, and other programs are left alone.
+    let o = run(
+        &["capture", "--quiet", "--full", "-o", "f.mgbt", "./gofake"],
+        None,
+    );
+    assert!(stdout(&o).contains("GODEBUG=(unset)\n"), "{}", stdout(&o));
+    let o = run(&["capture", "--quiet", "-o", "p.mgbt", "./plain"], None);
+    assert!(stdout(&o).contains("GODEBUG=(unset)\n"), "{}", stdout(&o));
+    assert!(!stderr(&o).contains("Go program"), "{}", stderr(&o));
+    // Live reuse distances count inline too.
+    let o = run(&["reuse", "./gofake"], None);
+    assert!(
+        stdout(&o).contains("GODEBUG=asyncpreemptoff=1\n"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        format!("{}{}", stdout(&o), stderr(&o)).contains("Go program: run with GODEBUG"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -77,7 +77,7 @@ pub fn place_counters(pages: *mut u64, bases: &'static [AtomicU64; COUNTERS]) {
 /// Skips shorter than this are counted by callbacks: two switches per window would cost more
 /// than the callbacks they save where they flush, and even in place a shorter skip would end
 /// only when the poller looks (every 200 us), far later than `period - window`.
-pub const MIN_SKIP: u64 = 1 << 18;
+pub const MIN_SKIP: u64 = mgbench_capture::spill::INLINE_MIN_SKIP;
 /// A thread counting a long skip or gap in callbacks (a new thread's first skip in capture,
 /// or one whose switch to counting was refused while a thread was being created, see
 /// [`request`]) asks for counting every this many accesses.

@@ -255,6 +255,16 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         }
     }
 
+    // Inline counting (see `go_preemption`): sampled, skips of 2^18 and more, no ROI.
+    let go = match cfg.mode {
+        Mode::Sampled { window, period }
+            if period.saturating_sub(window) >= crate::spill::INLINE_MIN_SKIP
+                && cfg.roi.is_empty() =>
+        {
+            go_preemption(&program.path)
+        }
+        _ => None,
+    };
     let meta = TraceMeta {
         command: command_line(&program.path, &cfg.args),
         backend: "qemu".into(),
@@ -267,6 +277,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         notes: std::iter::once(format!("qemu: {}", qemu.display()))
             .chain(cfg.notes.iter().cloned())
             .chain(roi.notes.iter().cloned())
+            .chain(go.iter().map(|(_, note)| note.clone()))
             .collect(),
     };
     let out_err = |cause| CaptureError::Output {
@@ -322,6 +333,9 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
     let started = std::time::SystemTime::now();
     let guard = SignalGuard::install();
     let mut command = qemu_command(&qemu, &arg, &program, &cfg.args);
+    if let Some((Some(value), _)) = &go {
+        command.env("GODEBUG", value);
+    }
     if let Some(f) = &spill {
         inherit(&mut command, f);
     }
@@ -349,6 +363,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         ..EndInfo::default()
     };
     let mut notes = roi.notes;
+    notes.extend(go.map(|(_, note)| note));
     let (recorded, skipped, threads, threads_recorded) = match read_status(&status) {
         Some(s) => {
             end.errors = s.errors.clone();
@@ -652,6 +667,54 @@ fn run_live(
     })
 }
 
+/// Whether the ELF file at `path` is a Go program (its build information or its function
+/// table, which stripped Go programs keep).
+fn is_go_program(path: &Path) -> bool {
+    use object::Object;
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let cache = object::read::ReadCache::new(file);
+    let Ok(elf) = object::File::parse(&cache) else {
+        return false;
+    };
+    [".go.buildinfo", ".gopclntab", ".note.go.buildid"]
+        .iter()
+        .any(|s| elf.section_by_name(s).is_some())
+}
+
+/// A Go program's runtime preempts its threads with SIGURG, many times a second. Under QEMU
+/// 7.2 a guest signal handler can run with every host signal blocked, SIGSEGV included, and
+/// inline counting ends a thread's skip by a write fault on its counter page: blocked, the
+/// fault kills the run (`restic backup` died of SIGSEGV in every sampled capture and live
+/// run here, never under bare QEMU nor counting in callbacks). So a Go program runs with
+/// `GODEBUG=asyncpreemptoff=1` added (goroutines are then preempted at function calls, not
+/// by signals), unless GODEBUG already sets asyncpreemptoff. Returns the GODEBUG value to set
+/// (None: leave it) and the note that says what was done; None for other programs.
+fn go_preemption(program: &Path) -> Option<(Option<String>, String)> {
+    if !is_go_program(program) {
+        return None;
+    }
+    let old = std::env::var("GODEBUG").unwrap_or_default();
+    if old
+        .split(',')
+        .any(|kv| kv.trim().starts_with("asyncpreemptoff="))
+    {
+        return Some((None, format!(
+            "Go program: GODEBUG={old} kept as given (with asynchronous preemption on, QEMU 7.2 can kill a run that counts inline: --sample-period below 262144 counts in callbacks)"
+        )));
+    }
+    let value = if old.is_empty() {
+        "asyncpreemptoff=1".to_string()
+    } else {
+        format!("{old},asyncpreemptoff=1")
+    };
+    let note = format!(
+        "Go program: run with GODEBUG={value}, as its runtime's preemption signals (SIGURG) can come while QEMU 7.2 blocks the SIGSEGV that inline counting needs; goroutines are still preempted at function calls (GODEBUG=asyncpreemptoff=0 keeps the signals, with --sample-period below 262144, which counts in callbacks)"
+    );
+    Some((Some(value), note))
+}
+
 /// `qemu-x86_64 -plugin ARG PROGRAM ARGS`, dying with mgbench.
 fn qemu_command(
     qemu: &Path,
@@ -813,7 +876,11 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         cfg.jitter,
         u8::from(cfg.prefault)
     );
-    let command = qemu_command(&qemu, &arg, &program, &cfg.args);
+    let mut command = qemu_command(&qemu, &arg, &program, &cfg.args);
+    let go = go_preemption(&program.path);
+    if let Some((Some(value), _)) = &go {
+        command.env("GODEBUG", value);
+    }
     // Measured on a thread of its own while the program runs: its breakpoint's first
     // perf_event_open may wait for an RCU grace period (0-20 ms here), which the program
     // should not wait for.
@@ -824,6 +891,7 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         return Err(CaptureError::PluginNotLoaded { plugin });
     }
     run.string_cost = strings.join().ok().flatten();
+    run.notes.extend(go.map(|(_, note)| note));
     Ok(run)
 }
 
