@@ -39,6 +39,7 @@
 pub mod backend;
 pub mod descriptors;
 pub mod fasthash;
+pub mod gosym;
 pub mod import;
 pub mod native_rdx;
 pub mod perf;

@@ -322,6 +322,16 @@ impl ElfImage {
         if let Some(d) = &debug {
             functions.extend(d.symbols().filter_map(|s| function_symbol(&s)));
         }
+        if stripped && debug.is_none() {
+            // A stripped Go program names its functions in its own table (see `gosym`).
+            let text = file.section_by_name(".text").map_or(0, |t| t.address());
+            let go = file
+                .section_by_name(".gopclntab")
+                .and_then(|t| crate::gosym::GoFunctions::parse(t.data().ok()?, text));
+            functions.extend(go.iter().flat_map(|g| g.iter()).map(|(start, end, name)| {
+                FunctionSymbol::new(name.to_string(), start, end - start)
+            }));
+        }
         functions.sort_by(|a, b| (a.start, &a.raw_name).cmp(&(b.start, &b.raw_name)));
         functions.dedup_by(|a, b| a.start == b.start && a.raw_name == b.raw_name);
         let mut imports: Vec<String> = file
@@ -723,18 +733,25 @@ pub fn without_parameters(demangled: &str) -> &str {
 /// template arguments do not cut.
 pub fn call_names(demangled: &str) -> impl Iterator<Item = &str> {
     // Outside any <...> or (...): the first '(' ends the name, the last ' ' before it starts it.
+    // A '(' right after a '.' opens a Go method's receiver, part of its name:
+    // `zstd.(*fastEncoder).Encode`.
     let (mut depth, mut start, mut end) = (0i32, 0usize, demangled.len());
+    let mut receiver = 0i32;
+    let mut prev = ' ';
     for (i, ch) in demangled.char_indices() {
         match ch {
             '<' => depth += 1,
             '>' => depth -= 1,
-            '(' if depth == 0 => {
+            '(' if depth == 0 && prev == '.' => receiver += 1,
+            ')' if receiver > 0 => receiver -= 1,
+            '(' if depth == 0 && receiver == 0 => {
                 end = i;
                 break;
             }
-            ' ' if depth == 0 => start = i + 1,
+            ' ' if depth == 0 && receiver == 0 => start = i + 1,
             _ => {}
         }
+        prev = ch;
     }
     let qualified = &demangled[start.min(end)..end];
     // Trailing template arguments: from the '<' that the final '>' closes.
@@ -988,6 +1005,8 @@ struct LoadedObject {
     segments: Vec<(u64, u64, u64)>,
     /// The procedure linkage table's stubs, sorted by start: no symbol table names them.
     plt: Vec<FunctionSymbol>,
+    /// A Go program's own function table, which names its functions when it is stripped.
+    go: Option<crate::gosym::GoFunctions>,
 }
 
 /// Resolves instruction addresses of a traced process; caches per address and per file.
@@ -1149,7 +1168,10 @@ impl Symbolizer {
         loc.link_addr = Some(elf_addr);
         loc.function = match plt_stub(&obj.plt, elf_addr) {
             Some(stub) => Some(format!("{}@plt", stub.name())),
-            None => obj.loader.find_symbol(elf_addr).map(demangle),
+            None => obj.loader.find_symbol(elf_addr).map(demangle).or_else(|| {
+                let go = obj.go.as_ref()?;
+                go.find(elf_addr).map(str::to_string)
+            }),
         };
         // DWARF's frames at the address, innermost first: its source line is the innermost
         // frame's (the line table's), and more than one frame is inlined code.
@@ -1403,10 +1425,15 @@ fn load_object(path: &Path) -> Option<LoadedObject> {
     let loader = debug_file(path, &file)
         .and_then(|d| addr2line::Loader::new(d).ok())
         .or_else(|| addr2line::Loader::new(path).ok())?;
+    let go = file.section_by_name(".gopclntab").and_then(|table| {
+        let text = file.section_by_name(".text").map_or(0, |t| t.address());
+        crate::gosym::GoFunctions::parse(table.data().ok()?, text)
+    });
     Some(LoadedObject {
         loader,
         segments,
         plt: plt_stubs(&data),
+        go,
     })
 }
 
@@ -1538,6 +1565,18 @@ mod tests {
 
     #[test]
     fn short_sources_drop_parameters_and_keep_the_place() {
+        // A Go method's receiver is part of its name, not a parameter list.
+        for go in [
+            "github.com/klauspost/compress/zstd.(*fastEncoder).Encode",
+            "main.(T).M",
+            "sync.(*Pool).Get.func1",
+        ] {
+            assert_eq!(without_parameters(go), go);
+            assert_eq!(
+                short_source(&format!("{go} [restic]")),
+                format!("{go} [restic]")
+            );
+        }
         let f = "nbnxm_kernel_F_4xm(NbnxnPairlistCpu const*, float const (*) [3])";
         assert_eq!(
             short_source(&format!("{f} [libgromacs.so.7.0.0]")),
