@@ -3012,16 +3012,21 @@ fn ptrace_timed_windows_and_attach() {
     assert_eq!(v["mode"], "timed");
     assert_eq!(v["backend"], "ptrace");
 
+    // A long SpMV to attach to, and its pid.
+    let running_spmv = || {
+        let target = KillOnDrop(
+            Command::new(app("spmv"))
+                .args(["--rows=65536", "--iters=1000000"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let pid = target.0.id().to_string();
+        (target, pid)
+    };
     // Attach to a running process, detach on Ctrl-C, leave it running.
-    let mut target = KillOnDrop(
-        Command::new(app("spmv"))
-            .args(["--rows=65536", "--iters=1000000"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let pid = target.0.id().to_string();
+    let (mut target, pid) = running_spmv();
     let cpus_allowed = || {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap()
@@ -3074,15 +3079,7 @@ fn ptrace_timed_windows_and_attach() {
     assert!(t.end.unwrap().interrupted);
 
     // --duration: mgbench detaches by itself and the process runs on.
-    let mut target = KillOnDrop(
-        Command::new(app("spmv"))
-            .args(["--rows=65536", "--iters=1000000"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let pid = target.0.id().to_string();
+    let (mut target, pid) = running_spmv();
     let o = mgbench(
         &[
             "capture",
