@@ -1439,9 +1439,9 @@ fn load_object(path: &Path) -> Option<LoadedObject> {
 
 /// The stubs of an x86-64 ELF file's procedure linkage table (`.plt`, `.plt.sec`,
 /// `.plt.got`), each with the name of the function it jumps to (`function@plt`, as objdump
-/// and perf say): a call into another library loads its address from the GOT there, and no symbol
-/// table names that code. A stub is found by its `jmp *slot(%rip)` (with or without the IBT
-/// and MPX prefixes) and named by the dynamic relocation that fills the slot.
+/// and perf say): a call into another library loads its address from the GOT there, and no
+/// symbol table names that code. A stub is found by its `jmp *slot(%rip)` (with or without
+/// the IBT and MPX prefixes) and named by the dynamic relocation that fills the slot.
 fn plt_stubs(data: &[u8]) -> Vec<FunctionSymbol> {
     use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
     use object::{ObjectSymbolTable, RelocationTarget};
