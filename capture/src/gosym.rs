@@ -87,6 +87,16 @@ impl GoFunctions {
         Some(GoFunctions { functions })
     }
 
+    /// The table of the ELF file `file`, if it is a Go program that has one (see [`parse`]).
+    ///
+    /// [`parse`]: GoFunctions::parse
+    pub fn of(file: &object::File) -> Option<GoFunctions> {
+        use object::{Object, ObjectSection};
+        let table = file.section_by_name(".gopclntab")?;
+        let text = file.section_by_name(".text").map_or(0, |t| t.address());
+        GoFunctions::parse(table.data().ok()?, text)
+    }
+
     /// The name of the function that holds `addr`.
     pub fn find(&self, addr: u64) -> Option<&str> {
         let i = self

@@ -50,6 +50,12 @@ use crate::trace::{Access, AccessKind, SampleHeader, TraceWriter};
 /// instrumentation at window boundaries; shorter ones by callbacks.
 pub const INLINE_MIN_SKIP: u64 = 1 << 18;
 
+/// Whether a sampled capture of `window` accesses every `period` counts its skips inline:
+/// long enough skips, and no ROI (whose gate checks every access in a callback).
+pub fn counts_inline(window: u64, period: u64, roi: bool) -> bool {
+    !roi && period.saturating_sub(window) >= INLINE_MIN_SKIP
+}
+
 pub const MAGIC: [u8; 8] = *b"MGBSPIL4";
 /// Accesses per slot: a chunk of the trace.
 pub const SLOT_ACCESSES: usize = 1 << 16;

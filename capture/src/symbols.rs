@@ -101,6 +101,9 @@ pub struct ElfImage {
     /// The file that holds its DWARF (itself, or its separate debug file), where
     /// [`ElfImage::find_code`] finds the copies of a function that the compiler inlined.
     pub dwarf: Option<PathBuf>,
+    /// A Go program: it has the build information, function table or build ID note of Go's
+    /// linker.
+    pub go: bool,
 }
 
 /// Where a function's code lies in an executable, at link-time addresses (`--roi`).
@@ -324,10 +327,7 @@ impl ElfImage {
         }
         if stripped && debug.is_none() {
             // A stripped Go program names its functions in its own table (see `gosym`).
-            let text = file.section_by_name(".text").map_or(0, |t| t.address());
-            let go = file
-                .section_by_name(".gopclntab")
-                .and_then(|t| crate::gosym::GoFunctions::parse(t.data().ok()?, text));
+            let go = crate::gosym::GoFunctions::of(&file);
             functions.extend(go.iter().flat_map(|g| g.iter()).map(|(start, end, name)| {
                 FunctionSymbol::new(name.to_string(), start, end - start)
             }));
@@ -366,6 +366,9 @@ impl ElfImage {
             } else {
                 debug_path
             },
+            go: [".go.buildinfo", ".gopclntab", ".note.go.buildid"]
+                .iter()
+                .any(|s| file.section_by_name(s).is_some()),
         })
     }
 
@@ -1425,15 +1428,11 @@ fn load_object(path: &Path) -> Option<LoadedObject> {
     let loader = debug_file(path, &file)
         .and_then(|d| addr2line::Loader::new(d).ok())
         .or_else(|| addr2line::Loader::new(path).ok())?;
-    let go = file.section_by_name(".gopclntab").and_then(|table| {
-        let text = file.section_by_name(".text").map_or(0, |t| t.address());
-        crate::gosym::GoFunctions::parse(table.data().ok()?, text)
-    });
     Some(LoadedObject {
         loader,
         segments,
         plt: plt_stubs(&data),
-        go,
+        go: crate::gosym::GoFunctions::of(&file),
     })
 }
 

@@ -2106,9 +2106,8 @@ pub unsafe extern "C" fn qemu_plugin_install(
         }
     }
     let c = &plugin().cfg;
-    let switched = c.roi_mode == RoiMode::None
-        && c.window != u64::MAX
-        && c.period - c.window >= switch::MIN_SKIP;
+    let switched = c.window != u64::MAX
+        && mgbench_capture::spill::counts_inline(c.window, c.period, c.roi_mode != RoiMode::None);
     if c.window != u64::MAX {
         let how = if switched {
             "skips counted inline between windows (switched), each at least period - window long"

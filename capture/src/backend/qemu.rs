@@ -255,13 +255,12 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         }
     }
 
-    // Inline counting (see `go_preemption`): sampled, skips of 2^18 and more, no ROI.
+    // Only where skips are counted inline (see `go_preemption`).
     let go = match cfg.mode {
         Mode::Sampled { window, period }
-            if period.saturating_sub(window) >= crate::spill::INLINE_MIN_SKIP
-                && cfg.roi.is_empty() =>
+            if crate::spill::counts_inline(window, period, !cfg.roi.is_empty()) =>
         {
-            go_preemption(&program.path)
+            go_preemption(&program.image)
         }
         _ => None,
     };
@@ -667,22 +666,6 @@ fn run_live(
     })
 }
 
-/// Whether the ELF file at `path` is a Go program (its build information or its function
-/// table, which stripped Go programs keep).
-fn is_go_program(path: &Path) -> bool {
-    use object::Object;
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let cache = object::read::ReadCache::new(file);
-    let Ok(elf) = object::File::parse(&cache) else {
-        return false;
-    };
-    [".go.buildinfo", ".gopclntab", ".note.go.buildid"]
-        .iter()
-        .any(|s| elf.section_by_name(s).is_some())
-}
-
 /// A Go program's runtime preempts its threads with SIGURG, many times a second. Under QEMU
 /// 7.2 a guest signal handler can run with every host signal blocked, SIGSEGV included, and
 /// inline counting ends a thread's skip by a write fault on its counter page: blocked, the
@@ -691,8 +674,8 @@ fn is_go_program(path: &Path) -> bool {
 /// `GODEBUG=asyncpreemptoff=1` added (goroutines are then preempted at function calls, not
 /// by signals), unless GODEBUG already sets asyncpreemptoff. Returns the GODEBUG value to set
 /// (None: leave it) and the note that says what was done; None for other programs.
-fn go_preemption(program: &Path) -> Option<(Option<String>, String)> {
-    if !is_go_program(program) {
+fn go_preemption(program: &crate::symbols::ElfImage) -> Option<(Option<String>, String)> {
+    if !program.go {
         return None;
     }
     let old = std::env::var("GODEBUG").unwrap_or_default();
@@ -877,7 +860,7 @@ pub fn rdx_live(cfg: &LiveRdxConfig) -> Result<LiveRdxRun, CaptureError> {
         u8::from(cfg.prefault)
     );
     let mut command = qemu_command(&qemu, &arg, &program, &cfg.args);
-    let go = go_preemption(&program.path);
+    let go = go_preemption(&program.image);
     if let Some((Some(value), _)) = &go {
         command.env("GODEBUG", value);
     }
