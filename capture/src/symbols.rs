@@ -1010,6 +1010,9 @@ struct LoadedObject {
     plt: Vec<FunctionSymbol>,
     /// A Go program's own function table, which names its functions when it is stripped.
     go: Option<crate::gosym::GoFunctions>,
+    /// The name to give each address that more than one function symbol names (see
+    /// [`preferred_names`]).
+    aliases: HashMap<u64, String>,
 }
 
 /// Resolves instruction addresses of a traced process; caches per address and per file.
@@ -1169,13 +1172,7 @@ impl Symbolizer {
             return loc;
         };
         loc.link_addr = Some(elf_addr);
-        loc.function = match plt_stub(&obj.plt, elf_addr) {
-            Some(stub) => Some(format!("{}@plt", stub.name())),
-            None => obj.loader.find_symbol(elf_addr).map(demangle).or_else(|| {
-                let go = obj.go.as_ref()?;
-                go.find(elf_addr).map(str::to_string)
-            }),
-        };
+        loc.function = obj.function_name(elf_addr);
         // DWARF's frames at the address, innermost first: its source line is the innermost
         // frame's (the line table's), and more than one frame is inlined code.
         let mut frames = obj.loader.find_frames(elf_addr).ok();
@@ -1425,15 +1422,132 @@ fn load_object(path: &Path) -> Option<LoadedObject> {
         .collect();
     // Symbols and lines from the separate debug file where there is one (it has the same
     // addresses, and the functions a stripped file's dynamic symbols leave out).
-    let loader = debug_file(path, &file)
-        .and_then(|d| addr2line::Loader::new(d).ok())
-        .or_else(|| addr2line::Loader::new(path).ok())?;
+    let debug = debug_file(path, &file);
+    let (loader, aliases) = match debug.as_ref().and_then(|d| {
+        let loader = addr2line::Loader::new(d).ok()?;
+        // (Read as needed: a debug file is mostly DWARF, which the loader reads itself.)
+        let cache = ReadCache::new(std::fs::File::open(d).ok()?);
+        Some((loader, preferred_names(&cache)))
+    }) {
+        Some(found) => found,
+        None => (addr2line::Loader::new(path).ok()?, preferred_names(&*data)),
+    };
     Some(LoadedObject {
         loader,
         segments,
         plt: plt_stubs(&data),
         go: crate::gosym::GoFunctions::of(&file),
+        aliases,
     })
+}
+
+impl LoadedObject {
+    /// The name of the function at link-time address `addr`: a PLT stub's `target@plt`, the
+    /// symbol tables' name (the preferred one of several at one address), or a stripped Go
+    /// program's own.
+    fn function_name(&self, addr: u64) -> Option<String> {
+        if let Some(stub) = plt_stub(&self.plt, addr) {
+            return Some(format!("{}@plt", stub.name()));
+        }
+        match self.loader.find_symbol_info(addr) {
+            Some(s) => Some(demangle(
+                self.aliases
+                    .get(&s.address())
+                    .map_or(s.name(), String::as_str),
+            )),
+            None => self.go.as_ref()?.find(addr).map(str::to_string),
+        }
+    }
+}
+
+/// For each address that more than one function symbol names, the name a reader expects
+/// there, as perf and gdb users know it: glibc's `free` is also `__libc_free`, `__free`,
+/// `__GI___libc_free` and the compatibility symbol `cfree@GLIBC_2.2.5`, and the symbol
+/// tables' own order would give `cfree`. See [`NameRank`] for the order.
+fn preferred_names<'d, R: object::ReadRef<'d>>(data: R) -> HashMap<u64, String> {
+    let mut best: HashMap<u64, (NameRank<'d>, bool)> = HashMap::new();
+    for (address, rank) in ranked_functions(data) {
+        best.entry(address)
+            .and_modify(|(b, aliased)| {
+                *aliased |= b.base() != rank.base();
+                if rank < *b {
+                    *b = rank;
+                }
+            })
+            .or_insert((rank, false));
+    }
+    best.into_iter()
+        .filter(|(_, (_, aliased))| *aliased)
+        .map(|(addr, (rank, _))| (addr, rank.name.to_string()))
+        .collect()
+}
+
+/// How well a function symbol names its address, lower first: a default or unversioned name
+/// before a compatibility version (hidden in `.gnu.version`, or `name@VERSION` with a single
+/// `@` in a full symbol table), fewer leading underscores (`free` before `__libc_free`,
+/// `rawmemchr` before `__rawmemchr`), global before weak before local, the shorter name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct NameRank<'n> {
+    compat: bool,
+    underscores: usize,
+    binding: u8,
+    len: usize,
+    name: &'n str,
+}
+
+impl NameRank<'_> {
+    fn base(&self) -> &str {
+        self.name.split('@').next().unwrap_or(self.name)
+    }
+}
+
+/// The function symbols (`.symtab` and `.dynsym`, IFUNCs included) of an x86-64 ELF file,
+/// each with its address and rank.
+fn ranked_functions<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, NameRank<'d>)> {
+    use object::read::elf::{ElfFile64, FileHeader};
+    use object::{ObjectSymbolTable, SymbolScope};
+    let Ok(elf) = ElfFile64::<object::Endianness, R>::parse(data) else {
+        return Vec::new();
+    };
+    let endian = elf.endian();
+    let versions = elf
+        .elf_header()
+        .sections(endian, data)
+        .ok()
+        .and_then(|s| s.versions(endian, data).ok().flatten());
+    let tables = [
+        (elf.symbol_table(), None),
+        (elf.dynamic_symbol_table(), versions.as_ref()),
+    ];
+    let mut ranked = Vec::new();
+    for (table, versions) in tables {
+        let Some(table) = table else { continue };
+        for s in table.symbols() {
+            let Ok(name) = s.name() else { continue };
+            if s.kind() != SymbolKind::Text || s.address() == 0 || name.is_empty() {
+                continue;
+            }
+            let compat = versions.is_some_and(|v| v.version_index(endian, s.index()).is_hidden())
+                || name
+                    .find('@')
+                    .is_some_and(|at| !name[at..].starts_with("@@"));
+            let binding = match s.scope() {
+                _ if s.is_weak() => 1,
+                SymbolScope::Dynamic | SymbolScope::Linkage => 0,
+                _ => 2,
+            };
+            let base = name.split('@').next().unwrap_or(name);
+            let rank = NameRank {
+                compat,
+                underscores: base.bytes().take_while(|&b| b == b'_').count(),
+                binding,
+                len: base.len(),
+                name,
+            };
+            ranked.push((s.address(), rank));
+        }
+    }
+    ranked
 }
 
 /// The stubs of an x86-64 ELF file's procedure linkage table (`.plt`, `.plt.sec`,
@@ -1452,11 +1566,35 @@ fn plt_stubs(data: &[u8]) -> Vec<FunctionSymbol> {
     else {
         return Vec::new();
     };
+    // A library's calls to its own IFUNCs (glibc's memcpy, strlen) go through slots that an
+    // IRELATIVE relocation fills with what the resolver at its addend returns: named by the
+    // IFUNC symbol there (objdump says `*ABS*+0x9be70@plt`).
+    let resolvers = std::cell::OnceCell::new();
+    let resolver = |at: u64| {
+        let resolvers: &Vec<(u64, NameRank)> = resolvers.get_or_init(|| {
+            let mut all = ranked_functions(data);
+            all.sort_unstable();
+            all
+        });
+        let first = resolvers.partition_point(|(a, _)| *a < at);
+        let named = resolvers[first..].iter().take_while(|(a, _)| *a == at);
+        named
+            .min_by_key(|(_, r)| *r)
+            .map(|(_, r)| r.base().to_string())
+    };
     let slots: HashMap<u64, String> = relocations
         .filter_map(|(slot, r)| match r.target() {
             RelocationTarget::Symbol(i) => {
                 let name = dynsym.symbol_by_index(i).ok()?.name().ok()?;
                 (!name.is_empty()).then(|| (slot, name.to_string()))
+            }
+            RelocationTarget::Absolute
+                if r.flags()
+                    == (object::RelocationFlags::Elf {
+                        r_type: object::elf::R_X86_64_IRELATIVE,
+                    }) =>
+            {
+                Some((slot, resolver(r.addend() as u64)?))
             }
             _ => None,
         })
@@ -1761,6 +1899,137 @@ mod tests {
         let objects = program_objects(&dir.join("m"));
         let lib = std::fs::canonicalize(dir.join("lib/libf.so")).unwrap();
         assert!(objects.contains(&lib.display().to_string()), "{objects:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn aliases_and_ifunc_stubs_get_the_names_readers_know() {
+        // One function under several names: the symbol tables' order would pick any; a
+        // compatibility version (`wk@V1`), a weak alias and an underscored one lose to the
+        // plain global name. A call to a hidden IFUNC goes through a PLT stub that an
+        // IRELATIVE relocation fills: named by the IFUNC.
+        let tools = ["gcc", "objdump", "strip"].map(|t| {
+            std::process::Command::new(t)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+        if tools.contains(&false) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "needs gcc, objdump and strip (binutils), which CI installs with scripts/setup.sh"
+            );
+            eprintln!("skipped: no gcc, objdump or strip");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("mgbench-alias-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("l.c"),
+            "int work(int x) { return x * 3 + 1; }\n\
+             extern int _w(int) __attribute__((alias(\"work\")));\n\
+             extern int wrk(int) __attribute__((weak, alias(\"work\")));\n\
+             extern int wk_old(int) __attribute__((alias(\"work\")));\n\
+             __asm__(\".symver wk_old, wk@V1\");\n\
+             static int fast_impl(int x) { return x + 1; }\n\
+             static void *resolve_fast(void) { return (void *)fast_impl; }\n\
+             int fast(int) __attribute__((ifunc(\"resolve_fast\"), visibility(\"hidden\")));\n\
+             int call_fast(int x) { return fast(x) * 2; }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("v.map"),
+            "V1 { global: wk; };\nV2 { global: work; _w; wrk; call_fast; local: *; } V1;\n",
+        )
+        .unwrap();
+        let lib = dir.join("libl.so");
+        let o = std::process::Command::new("gcc")
+            .args(["-O2", "-fPIC", "-shared", "-Wl,--version-script"])
+            .arg(dir.join("v.map"))
+            .arg("-o")
+            .arg(&lib)
+            .arg(dir.join("l.c"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let stripped = dir.join("libl-stripped.so");
+        let o = std::process::Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(&lib)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let data = std::fs::read(&lib).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let at = |name: &str| {
+            file.symbols()
+                .find(|s| s.name() == Ok(name))
+                .map(|s| s.address())
+                .unwrap()
+        };
+        for path in [&lib, &stripped] {
+            let obj = load_object(path).unwrap();
+            // (Every name of `work` is in the table the loader reads.)
+            assert_eq!(obj.function_name(at("work") + 2).as_deref(), Some("work"));
+        }
+        // `fast` is hidden: only the full symbol table names it, as it names its stub.
+        let fast_stub = plt_stubs(&data)
+            .into_iter()
+            .find(|s| s.raw_name == "fast")
+            .expect("a stub for the hidden IFUNC");
+        let obj = load_object(&lib).unwrap();
+        assert_eq!(
+            obj.function_name(fast_stub.start).as_deref(),
+            Some("fast@plt")
+        );
+
+        // The C library: `free` has four other names; its own calls to memcpy go through
+        // IRELATIVE stubs, which objdump names `*ABS*+0xADDR@plt`: ours name the IFUNC at ADDR.
+        let maps = Mapping::parse_proc_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let libc = maps
+            .iter()
+            .find(|m| m.path.ends_with("/libc.so.6"))
+            .map(|m| PathBuf::from(&m.path))
+            .expect("this test links the C library");
+        let libc_data = std::fs::read(&libc).unwrap();
+        let libc_file = object::File::parse(&*libc_data).unwrap();
+        let free = libc_file
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok("free"))
+            .unwrap()
+            .address();
+        let obj = load_object(&libc).unwrap();
+        assert_eq!(obj.function_name(free + 4).as_deref(), Some("free"));
+        let dump = std::process::Command::new("objdump")
+            .args(["-d", "-j", ".plt", "-j", ".plt.sec"])
+            .arg(&libc)
+            .output()
+            .unwrap();
+        let ifunc_stubs: Vec<(u64, u64)> = String::from_utf8_lossy(&dump.stdout)
+            .lines()
+            .filter_map(|l| {
+                let (addr, rest) = l.split_once(" <*ABS*+0x")?;
+                let target = rest.strip_suffix("@plt>:")?;
+                let hex = |h| u64::from_str_radix(h, 16).ok();
+                Some((hex(addr)?, hex(target)?))
+            })
+            .collect();
+        assert!(ifunc_stubs.len() > 5, "{ifunc_stubs:?}");
+        let stubs = plt_stubs(&libc_data);
+        for (stub, target) in &ifunc_stubs {
+            let ours = plt_stub(&stubs, *stub).expect("an IRELATIVE stub is named");
+            let names: Vec<&str> = libc_file
+                .dynamic_symbols()
+                .filter(|s| s.address() == *target)
+                .filter_map(|s| s.name().ok())
+                .collect();
+            assert!(names.contains(&ours.name()), "{stub:#x}: {names:?}");
+        }
+        assert!(
+            stubs.iter().any(|s| s.raw_name == "memcpy"),
+            "{ifunc_stubs:?}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
