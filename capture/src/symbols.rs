@@ -331,6 +331,17 @@ impl ElfImage {
             functions.extend(go.iter().flat_map(|g| g.iter()).map(|(start, end, name)| {
                 FunctionSymbol::new(name.to_string(), start, end - start)
             }));
+            // The rest by their start, as readers see them named (see
+            // `SourceLocation::function_or_object`), so that `--roi sub_4415e0` takes one.
+            let named: std::collections::HashSet<u64> = functions.iter().map(|f| f.start).collect();
+            functions.extend(
+                unwind_ranges(&data)
+                    .into_iter()
+                    .filter(|(start, _)| !named.contains(start))
+                    .map(|(start, end)| {
+                        FunctionSymbol::new(format!("sub_{start:x}"), start, end - start)
+                    }),
+            );
         }
         functions.sort_by(|a, b| (a.start, &a.raw_name).cmp(&(b.start, &b.raw_name)));
         functions.dedup_by(|a, b| a.start == b.start && a.raw_name == b.raw_name);
@@ -869,15 +880,25 @@ pub struct SourceLocation {
     /// only places unnamed code in [`SourceLocation::describe_instruction`].
     #[serde(skip)]
     pub link_addr: Option<u64>,
+    /// Where no symbol names the code: the link-time start of its function as the file's
+    /// unwind table bounds it, which keeps one unnamed function apart from another in
+    /// [`SourceLocation::function_or_object`]. Not serialized.
+    #[serde(skip)]
+    pub unwound_start: Option<u64>,
 }
 
 impl SourceLocation {
-    /// The function's name; where it is unknown, "?? [object]" (the file it lies in, so that
-    /// unnamed code of one library stays apart from another's), or "??".
+    /// The function's name; where no symbol names it, "sub_4416c0 [gawk]" (as disassemblers
+    /// name a function they find: its link-time start, from the file's unwind table) or
+    /// "?? [object]" (the file it lies in, so that unnamed code of one library stays apart
+    /// from another's), or "??".
     pub fn function_or_object(&self) -> String {
         match (&self.function, &self.object) {
             (Some(f), _) => f.clone(),
-            (None, Some(o)) => format!("?? [{}]", short_path(o)),
+            (None, Some(o)) => match self.unwound_start {
+                Some(start) => format!("sub_{start:x} [{}]", short_path(o)),
+                None => format!("?? [{}]", short_path(o)),
+            },
             (None, None) => "??".into(),
         }
     }
@@ -894,9 +915,19 @@ impl SourceLocation {
         }
     }
 
-    /// "function (file:line)" or what is known of it; "gather, inlined in main (g.c:4)".
+    /// "function (file:line)" or what is known of it; "gather, inlined in main (g.c:4)";
+    /// "sub_4415e0 [gawk]" for a stripped file's function (see
+    /// [`SourceLocation::function_or_object`]).
     pub fn describe(&self) -> String {
-        let outer = self.function.as_deref().unwrap_or("??");
+        let unnamed;
+        let outer = match (&self.function, self.unwound_start) {
+            (Some(f), _) => f.as_str(),
+            (None, Some(start)) => {
+                unnamed = format!("sub_{start:x}");
+                unnamed.as_str()
+            }
+            (None, None) => "??",
+        };
         let inlined;
         let func = match &self.inlined {
             Some(i) => {
@@ -1013,6 +1044,10 @@ struct LoadedObject {
     /// The name to give each address that more than one function symbol names (see
     /// [`preferred_names`]).
     aliases: HashMap<u64, String>,
+    /// The file, and the functions its unwind table (`.eh_frame`) bounds, read when unnamed
+    /// code is first looked up.
+    path: PathBuf,
+    unwound: OnceLock<Vec<(u64, u64)>>,
 }
 
 /// Resolves instruction addresses of a traced process; caches per address and per file.
@@ -1173,6 +1208,9 @@ impl Symbolizer {
         };
         loc.link_addr = Some(elf_addr);
         loc.function = obj.function_name(elf_addr);
+        if loc.function.is_none() {
+            loc.unwound_start = obj.unwound_start(elf_addr);
+        }
         // DWARF's frames at the address, innermost first: its source line is the innermost
         // frame's (the line table's), and more than one frame is inlined code.
         let mut frames = obj.loader.find_frames(elf_addr).ok();
@@ -1438,6 +1476,8 @@ fn load_object(path: &Path) -> Option<LoadedObject> {
         plt: plt_stubs(&data),
         go: crate::gosym::GoFunctions::of(&file),
         aliases,
+        path: path.to_path_buf(),
+        unwound: OnceLock::new(),
     })
 }
 
@@ -1458,6 +1498,55 @@ impl LoadedObject {
             None => self.go.as_ref()?.find(addr).map(str::to_string),
         }
     }
+
+    /// The start of the function holding link-time address `addr` as the file's unwind table
+    /// bounds it: every function a compiler emits for x86-64 Linux has an entry there, which
+    /// stripping leaves (exceptions and backtraces need it).
+    fn unwound_start(&self, addr: u64) -> Option<u64> {
+        let ranges = self.unwound.get_or_init(|| {
+            let data = std::fs::read(&self.path).unwrap_or_default();
+            unwind_ranges(&data)
+        });
+        let i = ranges.partition_point(|&(start, _)| start <= addr);
+        let &(start, end) = ranges.get(i.checked_sub(1)?)?;
+        (addr < end).then_some(start)
+    }
+}
+
+/// The code ranges (start, end) of an ELF file's `.eh_frame` entries (FDEs), sorted.
+fn unwind_ranges(data: &[u8]) -> Vec<(u64, u64)> {
+    use addr2line::gimli::{self, UnwindSection};
+    let Ok(file) = object::File::parse(data) else {
+        return Vec::new();
+    };
+    let Some(section) = file.section_by_name(".eh_frame") else {
+        return Vec::new();
+    };
+    let Ok(bytes) = section.data() else {
+        return Vec::new();
+    };
+    let eh = gimli::EhFrame::new(bytes, gimli::LittleEndian);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(text) = file.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    if let Some(got) = file.section_by_name(".got") {
+        bases = bases.set_got(got.address());
+    }
+    let mut ranges = Vec::new();
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        if let gimli::CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(|eh, bases, offset| eh.cie_from_offset(bases, offset)) {
+                let start = fde.initial_address();
+                if start != 0 && fde.len() > 0 {
+                    ranges.push((start, start.saturating_add(fde.len())));
+                }
+            }
+        }
+    }
+    ranges.sort_unstable();
+    ranges
 }
 
 /// For each address that more than one function symbol names, the name a reader expects
@@ -1899,6 +1988,91 @@ mod tests {
         let objects = program_objects(&dir.join("m"));
         let lib = std::fs::canonicalize(dir.join("lib/libf.so")).unwrap();
         assert!(objects.contains(&lib.display().to_string()), "{objects:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn stripped_code_is_split_into_functions_by_its_unwind_table() {
+        // Stripping removes the symbols of a program's own functions but not the unwind
+        // table: each function's code stays apart, named by its start as objdump gives it.
+        let tools = ["gcc", "strip"].map(|t| {
+            std::process::Command::new(t)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+        if tools.contains(&false) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "needs gcc and strip (binutils), which CI installs with scripts/setup.sh"
+            );
+            eprintln!("skipped: no gcc or strip");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("mgbench-unwound-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("s.c"),
+            "__attribute__((noinline)) static long sum(long *a, int n) {\n\
+             long s = 0; for (int i = 0; i < n; i++) s += a[i]; return s; }\n\
+             __attribute__((noinline)) static void fill(long *a, int n) {\n\
+             for (int i = 0; i < n; i++) a[i] = i * 3; }\n\
+             int main(void) { static long a[64]; fill(a, 64); return (int)sum(a, 64) & 1; }\n",
+        )
+        .unwrap();
+        let exe = dir.join("s");
+        let o = std::process::Command::new("gcc")
+            .args(["-O2", "-o"])
+            .arg(&exe)
+            .arg(dir.join("s.c"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let stripped = dir.join("s-stripped");
+        let o = std::process::Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let data = std::fs::read(&exe).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let function = |name: &str| {
+            file.symbols()
+                .find(|s| s.name().is_ok_and(|n| n.split('.').next() == Some(name)))
+                .map(|s| (s.address(), s.size()))
+                .unwrap()
+        };
+        let obj = load_object(&stripped).unwrap();
+        let mut starts = Vec::new();
+        for name in ["sum", "fill", "main"] {
+            let (start, size) = function(name);
+            for at in [start, start + size / 2, start + size - 1] {
+                assert_eq!(obj.function_name(at), None, "{name} is stripped");
+                assert_eq!(obj.unwound_start(at), Some(start), "{name} at {at:#x}");
+            }
+            starts.push(start);
+            // `--roi` takes the name readers see.
+            let image = ElfImage::open(&stripped).unwrap();
+            let code = image.find_code(&format!("sub_{start:x}")).unwrap();
+            assert_eq!(code.entries, vec![(start, start + size)], "{name}");
+        }
+        let loc = SourceLocation {
+            object: Some(stripped.to_string_lossy().into_owned()),
+            unwound_start: Some(starts[0]),
+            ..SourceLocation::default()
+        };
+        assert_eq!(
+            loc.function_or_object(),
+            format!("sub_{:x} [s-stripped]", starts[0])
+        );
+        // Unnamed code the table does not bound stays the file's.
+        let unbounded = SourceLocation {
+            unwound_start: None,
+            ..loc
+        };
+        assert_eq!(unbounded.function_or_object(), "?? [s-stripped]");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

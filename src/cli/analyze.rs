@@ -192,7 +192,18 @@ fn short_name(name: &str) -> String {
     if name.chars().count() <= NAME_WIDTH {
         return name;
     }
-    without_parameters(&name).to_string()
+    // Unnamed code, "sub_24fe00 [libruby-3.1.so.3.1.2]", keeps its file (without the
+    // library's version: "sub_24fe00 [libruby-3.1.so]").
+    match name.strip_suffix(']').and_then(|n| n.rsplit_once(" [")) {
+        Some((function, file)) => {
+            let file = match file.split_once(".so.") {
+                Some((stem, _)) => format!("{stem}.so"),
+                None => file.to_string(),
+            };
+            format!("{} [{file}]", without_parameters(function))
+        }
+        None => without_parameters(&name).to_string(),
+    }
 }
 
 fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
@@ -333,6 +344,15 @@ mod tests {
         assert_eq!(
             short_name("[_multiarray_umath.cpython-311-x86_64-linux-gnu.so]"),
             "[_multiarray_umath.so]"
+        );
+        // A stripped library's unnamed function keeps its file, without the version.
+        assert_eq!(
+            short_name("sub_24ebd0 [libruby-3.1.so.3.1.2]"),
+            "sub_24ebd0 [libruby-3.1.so]"
+        );
+        assert_eq!(
+            short_name("sub_4415e0 [a_long_program_name_here]"),
+            "sub_4415e0 [a_long_program_name_here]"
         );
     }
 }

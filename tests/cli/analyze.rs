@@ -273,7 +273,8 @@ fn by_function_tracks_the_busiest_functions_not_the_first_met() {
     assert!(o.status.success(), "{}", stderr(&o));
     let mut per_function: std::collections::HashMap<String, u64> = Default::default();
     for line in stdout(&o).lines() {
-        // "function (file:line)", or "?? [object]" for code without a name (one row each);
+        // "function (file:line)", or "?? [object]" or "sub_4415e0 [object]" for code without
+        // a name (one row each);
         // "inlined, inlined in function (file:line)" where the compiler inlined code: analyze
         // counts the out-of-line function.
         let line = match line.split_once(", inlined in ") {
@@ -285,7 +286,9 @@ fn by_function_tracks_the_busiest_functions_not_the_first_met() {
         };
         let mut f = line.split_whitespace().skip(6);
         let function = match (f.next().unwrap_or("??"), f.next()) {
-            ("??", Some(o)) if o.starts_with('[') => format!("?? {o}"),
+            (name, Some(o)) if o.starts_with('[') && (name == "??" || name.starts_with("sub_")) => {
+                format!("{name} {o}")
+            }
             (name, _) => name.to_string(),
         };
         *per_function.entry(function).or_default() += 1;
