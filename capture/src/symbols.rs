@@ -905,12 +905,18 @@ impl SourceLocation {
 
     /// [`SourceLocation::describe`] for one instruction: where neither its function nor its
     /// source line is known (a stripped library), its place in its file instead of the file
-    /// alone, "?? [liblzma.so.5.4.1+0x7b96]", which `objdump -d` or `addr2line -e` (once
-    /// symbols are installed) take. `describe` stays one string for all of a file's unnamed
-    /// code, for listings that group by it.
+    /// alone, "sub_7b40 [liblzma.so.5.4.1+0x7b96]" (its function as the file's unwind table
+    /// bounds it) or "?? [liblzma.so.5.4.1+0x7b96]", which `objdump -d` or `addr2line -e`
+    /// (once symbols are installed) take. `describe` stays one string for all of an unnamed
+    /// function's code, for listings that group by it.
     pub fn describe_instruction(&self) -> String {
         match (&self.function, &self.file, &self.object, self.link_addr) {
-            (None, None, Some(o), Some(a)) => format!("?? [{}+{a:#x}]", short_path(o)),
+            (None, None, Some(o), Some(a)) => {
+                let function = self
+                    .unwound_start
+                    .map_or_else(|| "??".to_string(), |s| format!("sub_{s:x}"));
+                format!("{function} [{}+{a:#x}]", short_path(o))
+            }
             _ => self.describe(),
         }
     }

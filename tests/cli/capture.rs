@@ -1975,7 +1975,8 @@ fn a_stripped_program_is_symbolized_from_its_debug_file() {
     );
     // Its instructions are then placed in the file, at the addresses the unstripped copy's
     // symbol table gives gather_sum (a position-independent executable: its link-time
-    // addresses, not the ones it ran at).
+    // addresses, not the ones it ran at), in the function the unwind table bounds there,
+    // named by gather_sum's start.
     let o = mgbench(
         &[
             "capture", "--full", "-o", "u.mgbt", "./gather", "--n=512", "--reps=2",
@@ -1985,10 +1986,16 @@ fn a_stripped_program_is_symbolized_from_its_debug_file() {
     assert!(o.status.success(), "{}", stderr(&o));
     let o = mgbench(&["trace", "info", "u.mgbt"], &dir);
     assert!(o.status.success(), "{}", stderr(&o));
-    let placed: Vec<u64> = stdout(&o)
+    let placed: Vec<(String, u64)> = stdout(&o)
         .lines()
-        .filter_map(|l| l.split_once("?? [gather+0x"))
-        .map(|(_, at)| u64::from_str_radix(at.trim_end_matches(']'), 16).unwrap())
+        .filter_map(|l| l.split_once(" [gather+0x"))
+        .map(|(before, at)| {
+            let function = before.split_whitespace().last().unwrap().to_string();
+            (
+                function,
+                u64::from_str_radix(at.trim_end_matches(']'), 16).unwrap(),
+            )
+        })
         .collect();
     let nm = Command::new("nm")
         .arg("-S")
@@ -2006,11 +2013,18 @@ fn a_stripped_program_is_symbolized_from_its_debug_file() {
             _ => None,
         })
         .expect("nm lists gather_sum");
+    let in_gather_sum: Vec<&(String, u64)> = placed
+        .iter()
+        .filter(|(_, a)| *a >= start && *a < start + size)
+        .collect();
     assert!(
-        placed.iter().any(|&a| a >= start && a < start + size),
+        !in_gather_sum.is_empty(),
         "none of {placed:x?} in gather_sum at {start:#x}+{size:#x}:\n{}",
         stdout(&o)
     );
+    for (function, _) in in_gather_sum {
+        assert_eq!(*function, format!("sub_{start:x}"), "{}", stdout(&o));
+    }
     // synth names its pattern by the same place.
     let o = mgbench(
         &["synth", "u.mgbt", "--keep-unsymbolized", "-o", "u.json"],
