@@ -445,7 +445,10 @@ pub fn profile(args: ProfileArgs) -> Result<i32> {
                     (Some(i), Some(f)) => format!("{}, inlined in {}", short(i), short(f)),
                     (Some(i), None) => short(i).to_string(),
                     (None, Some(f)) => short(f).to_string(),
-                    (None, None) => "no symbol".to_string(),
+                    (None, None) => match &p.source.unnamed_function {
+                        Some(f) => format!("no symbol, in {f}"),
+                        None => "no symbol".to_string(),
+                    },
                 }
             },
             match (&p.source.file, p.source.line, &p.source.place) {

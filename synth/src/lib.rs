@@ -84,6 +84,10 @@ pub struct Source {
     /// `addr2line -e` take, the same from run to run; absent where no file holds it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub place: Option<String>,
+    /// Where no symbol names its function: that function as the file's unwind table bounds
+    /// it, by its start, "sub_220f80" (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unnamed_function: Option<String>,
 }
 
 /// Numbers behind the filters, in the output's `synth` key.
@@ -657,6 +661,13 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
                 line: c.source.line,
                 ip: c.ip.clone(),
                 place: file_place(&c.source),
+                unnamed_function: c
+                    .source
+                    .function
+                    .is_none()
+                    .then_some(c.source.unwound_start)
+                    .flatten()
+                    .map(|start| format!("sub_{start:x}")),
             },
             instances: r.instances,
             element_size: size as u8,

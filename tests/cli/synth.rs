@@ -379,6 +379,9 @@ fn profile_of_a_stripped_program_replays_its_unnamed_patterns() {
             name.starts_with(&format!("{place}-")) && place.starts_with("gather+0x"),
             "{p}"
         );
+        // Its function, as the unwind table bounds it.
+        let unnamed = p["source"]["unnamed_function"].as_str().unwrap_or_default();
+        assert!(unnamed.starts_with("sub_"), "{p}");
     }
     // Replayed beside STREAM, under that name.
     assert!(err.contains("Triad:"), "{err}");
@@ -387,10 +390,10 @@ fn profile_of_a_stripped_program_replays_its_unnamed_patterns() {
             .any(|l| l.starts_with("gather+0x") && l.contains("gather ")),
         "{err}"
     );
-    // And where it comes from says it has no symbol, not "??".
+    // And where it comes from says it has no symbol, not "??", and which function it is in.
     assert!(
         err.lines()
-            .any(|l| l.trim_start().starts_with("gather+0x") && l.contains(" no symbol (")),
+            .any(|l| l.trim_start().starts_with("gather+0x") && l.contains(" no symbol, in sub_")),
         "{err}"
     );
 }
