@@ -1151,13 +1151,13 @@ impl Symbolizer {
             .filter(holds)
             .find(|m| m.perms.contains('x'))
         {
-            return (!m.path.is_empty()).then_some(m);
+            return (!is_anonymous_memory(&m.path)).then_some(m);
         }
         self.mappings
             .iter()
             .rev()
             .filter(holds)
-            .find(|m| !m.path.is_empty())
+            .find(|m| !is_anonymous_memory(&m.path))
     }
 
     /// The address `ip` has in the file mapped there (its link-time address, the one
@@ -1242,6 +1242,16 @@ impl Symbolizer {
         }
         loc
     }
+}
+
+/// Whether a mapping with this path (as /proc/PID/maps gives it) is memory that no file holds:
+/// none at all, or shared anonymous memory, which the kernel backs by a pseudo-file (PHP's JIT
+/// buffer is `/dev/zero (deleted)`; a JIT that maps its code twice uses a memfd, `/memfd:NAME
+/// (deleted)`; SysV shared memory is `/SYSV00000000 (deleted)`). A runtime's perf map names
+/// JIT code there, as perf takes it.
+fn is_anonymous_memory(path: &str) -> bool {
+    const ANONYMOUS: [&str; 5] = ["/dev/zero", "/memfd:", "//anon", "/anon_hugepage", "/SYSV"];
+    path.is_empty() || path.starts_with("[anon") || ANONYMOUS.iter().any(|p| path.starts_with(p))
 }
 
 /// A [`Symbolizer`] on a thread of its own that loads files while the caller does something
@@ -2412,6 +2422,26 @@ mod tests {
         );
         // Past the symbol's size: anonymous again.
         assert_eq!(sym.resolve(0x7f00_a015).describe(), "?? [anonymous code]");
+
+        // Shared anonymous memory has a pseudo-file's name in the maps (PHP's JIT buffer,
+        // `/dev/zero (deleted)`; a double-mapping JIT's memfd): anonymous code all the same,
+        // which the perf map names.
+        let mut sym = Symbolizer::new(vec![
+            map(0x3ffc_0000, 0x3ffd_0000, "/dev/zero (deleted)", "rwxs"),
+            map(0x3ffe_0000, 0x3fff_0000, "/memfd:jit (deleted)", "r-xs"),
+            map(0x4000_0000, 0x4001_0000, "/SYSV00000000 (deleted)", "r-xs"),
+        ]);
+        for at in [0x3ffc_0a10, 0x3ffe_0010, 0x4000_0010] {
+            assert_eq!(sym.resolve(at).describe(), "?? [anonymous code]", "{at:#x}");
+        }
+        sym.add_jit_symbols(&JitSymbol::parse_perf_map(
+            "3ffc0a00 200 TRACE-1$/tmp/t.php$6\n3ffe0000 40 jit_loop\n",
+        ));
+        assert_eq!(
+            sym.resolve(0x3ffc_0a10).describe(),
+            "TRACE-1$/tmp/t.php$6 [jit]"
+        );
+        assert_eq!(sym.resolve(0x3ffe_0010).describe(), "jit_loop [jit]");
     }
 
     #[test]
