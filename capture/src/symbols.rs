@@ -1805,6 +1805,45 @@ pub fn debug_file(path: &Path, file: &object::File) -> Option<PathBuf> {
 mod tests {
     use super::*;
 
+    /// Whether every tool in `tools` runs (`TOOL --version`); under CI a missing one fails
+    /// the test instead (scripts/setup.sh installs them).
+    fn have_tools(tools: &[&str]) -> bool {
+        let missing: Vec<&str> = tools
+            .iter()
+            .copied()
+            .filter(|t| {
+                !std::process::Command::new(t)
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            })
+            .collect();
+        if missing.is_empty() {
+            return true;
+        }
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "needs {}, which CI installs with scripts/setup.sh",
+            missing.join(", ")
+        );
+        eprintln!("skipped: no {}", missing.join(", "));
+        false
+    }
+
+    /// Runs `program` with `args` in `dir`; fails the test with its stderr where it fails.
+    fn run_in(dir: &Path, program: &str, args: &[&str]) {
+        let o = std::process::Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{program} {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
     #[test]
     fn short_sources_drop_parameters_and_keep_the_place() {
         // A Go method's receiver is part of its name, not a parameter list.
@@ -1974,13 +2013,7 @@ mod tests {
     #[test]
     fn a_library_is_found_through_the_program_s_runpath() {
         // A program whose library lies in lib/ beside it, found through RUNPATH $ORIGIN/lib.
-        let gcc = std::process::Command::new("gcc").arg("--version").output();
-        if !gcc.is_ok_and(|o| o.status.success()) {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "needs gcc, which CI installs with scripts/setup.sh"
-            );
-            eprintln!("skipped: no gcc");
+        if !have_tools(&["gcc"]) {
             return;
         }
         let dir = std::env::temp_dir().join(format!("mgbench-runpath-{}", std::process::id()));
@@ -1991,16 +2024,13 @@ mod tests {
             "int f(int);\nint main(int argc, char **argv) { return f(argc); }\n",
         )
         .unwrap();
-        let run = |args: &[&str]| {
-            let o = std::process::Command::new("gcc")
-                .args(args)
-                .current_dir(&dir)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        };
-        run(&["-shared", "-fPIC", "-o", "lib/libf.so", "f.c"]);
-        run(&["-o", "m", "m.c", "-Llib", "-lf", "-Wl,-rpath,$ORIGIN/lib"]);
+        run_in(
+            &dir,
+            "gcc",
+            &["-shared", "-fPIC", "-o", "lib/libf.so", "f.c"],
+        );
+        let rpath = ["-o", "m", "m.c", "-Llib", "-lf", "-Wl,-rpath,$ORIGIN/lib"];
+        run_in(&dir, "gcc", &rpath);
         let objects = program_objects(&dir.join("m"));
         let lib = std::fs::canonicalize(dir.join("lib/libf.so")).unwrap();
         assert!(objects.contains(&lib.display().to_string()), "{objects:?}");
@@ -2011,18 +2041,7 @@ mod tests {
     fn stripped_code_is_split_into_functions_by_its_unwind_table() {
         // Stripping removes the symbols of a program's own functions but not the unwind
         // table: each function's code stays apart, named by its start as objdump gives it.
-        let tools = ["gcc", "strip"].map(|t| {
-            std::process::Command::new(t)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        });
-        if tools.contains(&false) {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "needs gcc and strip (binutils), which CI installs with scripts/setup.sh"
-            );
-            eprintln!("skipped: no gcc or strip");
+        if !have_tools(&["gcc", "strip"]) {
             return;
         }
         let dir = std::env::temp_dir().join(format!("mgbench-unwound-{}", std::process::id()));
@@ -2036,22 +2055,9 @@ mod tests {
              int main(void) { static long a[64]; fill(a, 64); return (int)sum(a, 64) & 1; }\n",
         )
         .unwrap();
-        let exe = dir.join("s");
-        let o = std::process::Command::new("gcc")
-            .args(["-O2", "-o"])
-            .arg(&exe)
-            .arg(dir.join("s.c"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let stripped = dir.join("s-stripped");
-        let o = std::process::Command::new("strip")
-            .arg("-o")
-            .arg(&stripped)
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        run_in(&dir, "gcc", &["-O2", "-o", "s", "s.c"]);
+        run_in(&dir, "strip", &["-o", "s-stripped", "s"]);
+        let (exe, stripped) = (dir.join("s"), dir.join("s-stripped"));
         let data = std::fs::read(&exe).unwrap();
         let file = object::File::parse(&*data).unwrap();
         let function = |name: &str| {
@@ -2098,18 +2104,7 @@ mod tests {
         // compatibility version (`wk@V1`), a weak alias and an underscored one lose to the
         // plain global name. A call to a hidden IFUNC goes through a PLT stub that an
         // IRELATIVE relocation fills: named by the IFUNC.
-        let tools = ["gcc", "objdump", "strip"].map(|t| {
-            std::process::Command::new(t)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        });
-        if tools.contains(&false) {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "needs gcc, objdump and strip (binutils), which CI installs with scripts/setup.sh"
-            );
-            eprintln!("skipped: no gcc, objdump or strip");
+        if !have_tools(&["gcc", "objdump", "strip"]) {
             return;
         }
         let dir = std::env::temp_dir().join(format!("mgbench-alias-{}", std::process::id()));
@@ -2132,24 +2127,14 @@ mod tests {
             "V1 { global: wk; };\nV2 { global: work; _w; wrk; call_fast; local: *; } V1;\n",
         )
         .unwrap();
-        let lib = dir.join("libl.so");
-        let o = std::process::Command::new("gcc")
-            .args(["-O2", "-fPIC", "-shared", "-Wl,--version-script"])
-            .arg(dir.join("v.map"))
-            .arg("-o")
-            .arg(&lib)
-            .arg(dir.join("l.c"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let stripped = dir.join("libl-stripped.so");
-        let o = std::process::Command::new("strip")
-            .arg("-o")
-            .arg(&stripped)
-            .arg(&lib)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let shared = ["-O2", "-fPIC", "-shared", "-Wl,--version-script", "v.map"];
+        run_in(
+            &dir,
+            "gcc",
+            &[&shared[..], &["-o", "libl.so", "l.c"]].concat(),
+        );
+        run_in(&dir, "strip", &["-o", "libl-stripped.so", "libl.so"]);
+        let (lib, stripped) = (dir.join("libl.so"), dir.join("libl-stripped.so"));
         let data = std::fs::read(&lib).unwrap();
         let file = object::File::parse(&*data).unwrap();
         let at = |name: &str| {
@@ -2228,18 +2213,7 @@ mod tests {
         // A program's calls into the C library go through its PLT; how the linker lays that
         // out (lazy .plt, .plt.sec with IBT, .plt.got for a function also taken by address)
         // depends on flags. objdump names each stub `function@plt`: the oracle.
-        let tools = ["gcc", "objdump"].map(|t| {
-            std::process::Command::new(t)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        });
-        if tools.contains(&false) {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "needs gcc and objdump (binutils), which CI installs with scripts/setup.sh"
-            );
-            eprintln!("skipped: no gcc or objdump");
+        if !have_tools(&["gcc", "objdump"]) {
             return;
         }
         let dir = std::env::temp_dir().join(format!("mgbench-plt-{}", std::process::id()));
