@@ -896,8 +896,8 @@ impl SourceLocation {
         match (&self.function, &self.object) {
             (Some(f), _) => f.clone(),
             (None, Some(o)) => match self.unwound_start {
-                Some(start) => format!("sub_{start:x} [{}]", short_path(o)),
-                None => format!("?? [{}]", short_path(o)),
+                Some(start) => format!("sub_{start:x} {}", bracketed(o)),
+                None => format!("?? {}", bracketed(o)),
             },
             (None, None) => "??".into(),
         }
@@ -948,7 +948,7 @@ impl SourceLocation {
             (Some(f), Some(l)) => format!("{func} ({}:{l})", short_path(f)),
             (Some(f), None) => format!("{func} ({})", short_path(f)),
             _ => match &self.object {
-                Some(o) => format!("{func} [{}]", short_path(o)),
+                Some(o) => format!("{func} {}", bracketed(o)),
                 None => func.to_string(),
             },
         }
@@ -1037,6 +1037,15 @@ fn is_elf(path: &Path) -> bool {
 /// The last component of a path: a file's name.
 pub fn short_path(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
+}
+
+/// "[libc.so.6]" for an object's path; a pseudo-path in brackets already, "[vdso]", as it is.
+fn bracketed(object: &str) -> String {
+    if object.starts_with('[') && object.ends_with(']') {
+        object.to_string()
+    } else {
+        format!("[{}]", short_path(object))
+    }
 }
 
 struct LoadedObject {
@@ -1210,6 +1219,8 @@ impl Symbolizer {
             ..SourceLocation::default()
         };
         let Some((obj, elf_addr)) = self.object_at(ip) else {
+            // Code no file holds, the vDSO: named where the trace keeps its functions.
+            loc.function = JitSymbol::find(&self.jit, ip).map(|j| j.name.clone());
             return loc;
         };
         loc.link_addr = Some(elf_addr);
@@ -1529,6 +1540,64 @@ impl LoadedObject {
     }
 }
 
+/// The kernel's vDSO functions for a traced process that maps its vDSO at `start`, by their
+/// own names, as perf gives them (`__vdso_clock_gettime`, apart from the C library's
+/// `clock_gettime`, which calls it): read from this process's own vDSO, the same image in
+/// every process of a kernel. No file holds that code, so the trace keeps the names (see
+/// [`Symbolizer::add_jit_symbols`]). Empty where this process has no vDSO or it cannot be read.
+pub fn vdso_functions(start: u64) -> Vec<JitSymbol> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return Vec::new();
+    };
+    let Some(own) = Mapping::parse_proc_maps(&maps)
+        .into_iter()
+        .find(|m| m.path == "[vdso]")
+    else {
+        return Vec::new();
+    };
+    let mut image = vec![0u8; (own.end - own.start) as usize];
+    let read = std::fs::File::open("/proc/self/mem").and_then(|mut f| {
+        f.seek(SeekFrom::Start(own.start))?;
+        f.read_exact(&mut image)
+    });
+    if read.is_err() {
+        return Vec::new();
+    }
+    let Ok(file) = object::File::parse(&*image) else {
+        return Vec::new();
+    };
+    let base = file
+        .segments()
+        .filter(|s| s.file_range().0 == 0)
+        .map(|s| s.address())
+        .min()
+        .unwrap_or(0);
+    let mut best: HashMap<u64, (NameRank, u64)> = HashMap::new();
+    for (address, mut rank, size) in ranked_functions(&*image) {
+        // (`clock_gettime` is the weak alias.)
+        rank.underscores = usize::from(!rank.name.starts_with("__vdso_"));
+        best.entry(address)
+            .and_modify(|b| {
+                if rank < b.0 {
+                    *b = (rank, size.max(b.1));
+                }
+            })
+            .or_insert((rank, size));
+    }
+    let mut functions: Vec<JitSymbol> = best
+        .into_iter()
+        .filter(|(address, (_, size))| *size > 0 && *address >= base)
+        .map(|(address, (rank, size))| JitSymbol {
+            start: start + (address - base),
+            size,
+            name: rank.base().to_string(),
+        })
+        .collect();
+    functions.sort_by_key(|f| f.start);
+    functions
+}
+
 /// The code ranges (start, end) of an ELF file's `.eh_frame` entries (FDEs), sorted.
 fn unwind_ranges(data: &[u8]) -> Vec<(u64, u64)> {
     use addr2line::gimli::{self, UnwindSection};
@@ -1571,7 +1640,7 @@ fn unwind_ranges(data: &[u8]) -> Vec<(u64, u64)> {
 /// tables' own order would give `cfree`. See [`NameRank`] for the order.
 fn preferred_names<'d, R: object::ReadRef<'d>>(data: R) -> HashMap<u64, String> {
     let mut best: HashMap<u64, (NameRank<'d>, bool)> = HashMap::new();
-    for (address, rank) in ranked_functions(data) {
+    for (address, rank, _) in ranked_functions(data) {
         best.entry(address)
             .and_modify(|(b, aliased)| {
                 *aliased |= b.base() != rank.base();
@@ -1607,8 +1676,8 @@ impl NameRank<'_> {
 }
 
 /// The function symbols (`.symtab` and `.dynsym`, IFUNCs included) of an x86-64 ELF file,
-/// each with its address and rank.
-fn ranked_functions<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, NameRank<'d>)> {
+/// each with its address, rank and size.
+fn ranked_functions<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, NameRank<'d>, u64)> {
     use object::read::elf::{ElfFile64, FileHeader};
     use object::{ObjectSymbolTable, SymbolScope};
     let Ok(elf) = ElfFile64::<object::Endianness, R>::parse(data) else {
@@ -1649,7 +1718,7 @@ fn ranked_functions<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, NameRank<'
                 len: base.len(),
                 name,
             };
-            ranked.push((s.address(), rank));
+            ranked.push((s.address(), rank, s.size()));
         }
     }
     ranked
@@ -1676,16 +1745,16 @@ fn plt_stubs(data: &[u8]) -> Vec<FunctionSymbol> {
     // IFUNC symbol there (objdump says `*ABS*+0x9be70@plt`).
     let resolvers = std::cell::OnceCell::new();
     let resolver = |at: u64| {
-        let resolvers: &Vec<(u64, NameRank)> = resolvers.get_or_init(|| {
+        let resolvers: &Vec<(u64, NameRank, u64)> = resolvers.get_or_init(|| {
             let mut all = ranked_functions(data);
             all.sort_unstable();
             all
         });
-        let first = resolvers.partition_point(|(a, _)| *a < at);
-        let named = resolvers[first..].iter().take_while(|(a, _)| *a == at);
+        let first = resolvers.partition_point(|(a, _, _)| *a < at);
+        let named = resolvers[first..].iter().take_while(|(a, _, _)| *a == at);
         named
-            .min_by_key(|(_, r)| *r)
-            .map(|(_, r)| r.base().to_string())
+            .min_by_key(|(_, r, _)| *r)
+            .map(|(_, r, _)| r.base().to_string())
     };
     let slots: HashMap<u64, String> = relocations
         .filter_map(|(slot, r)| match r.target() {

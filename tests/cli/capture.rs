@@ -2966,6 +2966,60 @@ fn ptrace_full_capture_matches_the_gather_ground_truth() {
 }
 
 #[test]
+fn ptrace_names_the_vdso_functions_the_program_ran() {
+    // A native program's clock_gettime runs in the kernel's vDSO, which no file holds: the
+    // capture keeps its functions' names (the kernel's image, the same in mgbench).
+    let dir = temp_dir("ptrace-vdso");
+    build_c(
+        &dir,
+        "clock",
+        "#include <time.h>\n#include <stdio.h>\n\
+         int main(void) { struct timespec t; long s = 0;\n\
+         for (int i = 0; i < 2000; i++) { clock_gettime(CLOCK_MONOTONIC, &t); s += t.tv_nsec & 1; }\n\
+         printf(\"%ld\\n\", s); return 0; }\n",
+        &["-O2"],
+    );
+    let o = mgbench(
+        &[
+            "capture",
+            "--backend",
+            "ptrace",
+            "--full",
+            "-o",
+            "c.mgbt",
+            "./clock",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mgbench(&["trace", "info", "c.mgbt"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let info = stdout(&o);
+    assert!(info.contains("__vdso_clock_gettime [vdso]"), "{info}");
+    assert!(info.contains("names of the vDSO's functions"), "{info}");
+    assert!(!info.contains("?? [vdso]"), "{info}");
+    let v = mgbench_json(
+        &[
+            "analyze",
+            "--format",
+            "json",
+            "--no-apex",
+            "--by",
+            "function",
+            "c.mgbt",
+        ],
+        &dir,
+    );
+    let functions: Vec<&str> = v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    assert!(functions.contains(&"__vdso_clock_gettime"), "{functions:?}");
+}
+
+#[test]
 fn ptrace_timed_windows_and_attach() {
     let dir = temp_dir("ptrace-timed");
     let o = mgbench(

@@ -208,6 +208,8 @@ struct Tracer {
     writer: TraceWriter<BufWriter<File>>,
     /// The executable ranges of the last mappings snapshot (code outside them takes a new one).
     known_maps: Vec<(u64, u64)>,
+    /// Where the program maps the kernel's vDSO (from the last snapshot that has it).
+    vdso: Option<u64>,
     window: u64,
     interval: Duration,
     roi: Roi,
@@ -450,6 +452,9 @@ impl Tracer {
             .collect();
         if !self.known_maps.iter().any(|&(s, e)| ip >= s && ip < e) {
             self.known_maps.push((ip & !0xfff, (ip & !0xfff) + 0x1000));
+        }
+        if let Some(vdso) = maps.iter().find(|m| m.path == "[vdso]") {
+            self.vdso = Some(vdso.start);
         }
         if let Err(e) = self.writer.write_mappings(&maps) {
             self.errors.push(format!("cannot write mappings: {e}"));
@@ -1159,6 +1164,7 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
         progress: cfg.progress.clone(),
         writer,
         known_maps: Vec::new(),
+        vdso: None,
         window,
         interval,
         roi: match (cfg.roi.is_empty(), cfg.roi_inclusive) {
@@ -1412,6 +1418,20 @@ pub fn capture(cfg: &CaptureConfig) -> Result<CaptureReport, CaptureError> {
             w.write_note(&crate::trace::children_note(tr.children, RAN, true))
                 .map_err(out_err)?;
         }
+    }
+    // The vDSO's functions (clock_gettime...), which no file names: the kernel's image, the
+    // same in this process.
+    let vdso = tr
+        .vdso
+        .map(crate::symbols::vdso_functions)
+        .unwrap_or_default();
+    if !tr.failed && !vdso.is_empty() {
+        let note = format!(
+            "names of the vDSO's functions: {} symbol(s), read from this kernel's vDSO",
+            vdso.len()
+        );
+        w.write_jit_symbols(&vdso).map_err(out_err)?;
+        w.write_note(&note).map_err(out_err)?;
     }
     if let Err(e) = w.flush() {
         if !tr.failed {
