@@ -339,7 +339,7 @@ impl ElfImage {
                     .into_iter()
                     .filter(|(start, _)| !named.contains(start))
                     .map(|(start, end)| {
-                        FunctionSymbol::new(format!("sub_{start:x}"), start, end - start)
+                        FunctionSymbol::new(unwound_name(start), start, end - start)
                     }),
             );
         }
@@ -888,6 +888,15 @@ pub struct SourceLocation {
 }
 
 impl SourceLocation {
+    /// Where no symbol names the function: its name by its start in the file's unwind table,
+    /// "sub_4415e0" (see [`unwound_name`]).
+    pub fn unnamed_function(&self) -> Option<String> {
+        match self.function {
+            Some(_) => None,
+            None => self.unwound_start.map(unwound_name),
+        }
+    }
+
     /// The function's name; where no symbol names it, "sub_4416c0 [gawk]" (as disassemblers
     /// name a function they find: its link-time start, from the file's unwind table) or
     /// "?? [object]" (the file it lies in, so that unnamed code of one library stays apart
@@ -895,8 +904,8 @@ impl SourceLocation {
     pub fn function_or_object(&self) -> String {
         match (&self.function, &self.object) {
             (Some(f), _) => f.clone(),
-            (None, Some(o)) => match self.unwound_start {
-                Some(start) => format!("sub_{start:x} {}", bracketed(o)),
+            (None, Some(o)) => match self.unnamed_function() {
+                Some(f) => format!("{f} {}", bracketed(o)),
                 None => format!("?? {}", bracketed(o)),
             },
             (None, None) => "??".into(),
@@ -912,9 +921,8 @@ impl SourceLocation {
     pub fn describe_instruction(&self) -> String {
         match (&self.function, &self.file, &self.object, self.link_addr) {
             (None, None, Some(o), Some(a)) => {
-                let function = self
-                    .unwound_start
-                    .map_or_else(|| "??".to_string(), |s| format!("sub_{s:x}"));
+                let function = self.unnamed_function();
+                let function = function.as_deref().unwrap_or("??");
                 format!("{function} [{}+{a:#x}]", short_path(o))
             }
             _ => self.describe(),
@@ -925,15 +933,12 @@ impl SourceLocation {
     /// "sub_4415e0 [gawk]" for a stripped file's function (see
     /// [`SourceLocation::function_or_object`]).
     pub fn describe(&self) -> String {
-        let unnamed;
-        let outer = match (&self.function, self.unwound_start) {
-            (Some(f), _) => f.as_str(),
-            (None, Some(start)) => {
-                unnamed = format!("sub_{start:x}");
-                unnamed.as_str()
-            }
-            (None, None) => "??",
-        };
+        let unnamed = self.unnamed_function();
+        let outer = self
+            .function
+            .as_deref()
+            .or(unnamed.as_deref())
+            .unwrap_or("??");
         let inlined;
         let func = match &self.inlined {
             Some(i) => {
@@ -1037,6 +1042,12 @@ fn is_elf(path: &Path) -> bool {
 /// The last component of a path: a file's name.
 pub fn short_path(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
+}
+
+/// The name of a function no symbol names, by its link-time start as the file's unwind table
+/// gives it, as disassemblers name a function they find: "sub_4415e0".
+pub fn unwound_name(start: u64) -> String {
+    format!("sub_{start:x}")
 }
 
 /// "[libc.so.6]" for an object's path; a pseudo-path in brackets already, "[vdso]", as it is.

@@ -661,13 +661,7 @@ pub fn synthesize(path: &Path, cfg: &SynthConfig) -> Result<SynthReport, SynthEr
                 line: c.source.line,
                 ip: c.ip.clone(),
                 place: file_place(&c.source),
-                unnamed_function: c
-                    .source
-                    .function
-                    .is_none()
-                    .then_some(c.source.unwound_start)
-                    .flatten()
-                    .map(|start| format!("sub_{start:x}")),
+                unnamed_function: c.source.unnamed_function(),
             },
             instances: r.instances,
             element_size: size as u8,
