@@ -335,7 +335,7 @@ impl ElfImage {
             // `SourceLocation::function_or_object`), so that `--roi sub_4415e0` takes one.
             let named: std::collections::HashSet<u64> = functions.iter().map(|f| f.start).collect();
             functions.extend(
-                unwind_ranges(&data)
+                unwind_ranges(&*data)
                     .into_iter()
                     .filter(|(start, _)| !named.contains(start))
                     .map(|(start, end)| {
@@ -1542,8 +1542,11 @@ impl LoadedObject {
     /// stripping leaves (exceptions and backtraces need it).
     fn unwound_start(&self, addr: u64) -> Option<u64> {
         let ranges = self.unwound.get_or_init(|| {
-            let data = std::fs::read(&self.path).unwrap_or_default();
-            unwind_ranges(&data)
+            // (Read as needed: only the sections it parses, not the file again.)
+            match std::fs::File::open(&self.path) {
+                Ok(f) => unwind_ranges(&ReadCache::new(f)),
+                Err(_) => Vec::new(),
+            }
         });
         let i = ranges.partition_point(|&(start, _)| start <= addr);
         let &(start, end) = ranges.get(i.checked_sub(1)?)?;
@@ -1584,25 +1587,18 @@ pub fn vdso_functions(start: u64) -> Vec<JitSymbol> {
         .map(|s| s.address())
         .min()
         .unwrap_or(0);
-    let mut best: HashMap<u64, (NameRank, u64)> = HashMap::new();
-    for (address, mut rank, size) in ranked_functions(&*image) {
+    let mut ranked = ranked_functions(&*image);
+    for (_, rank, _) in &mut ranked {
         // (`clock_gettime` is the weak alias.)
         rank.underscores = usize::from(!rank.name.starts_with("__vdso_"));
-        best.entry(address)
-            .and_modify(|b| {
-                if rank < b.0 {
-                    *b = (rank, size.max(b.1));
-                }
-            })
-            .or_insert((rank, size));
     }
-    let mut functions: Vec<JitSymbol> = best
+    let mut functions: Vec<JitSymbol> = best_names(ranked)
         .into_iter()
-        .filter(|(address, (_, size))| *size > 0 && *address >= base)
-        .map(|(address, (rank, size))| JitSymbol {
+        .filter(|(address, b)| b.size > 0 && *address >= base)
+        .map(|(address, b)| JitSymbol {
             start: start + (address - base),
-            size,
-            name: rank.base().to_string(),
+            size: b.size,
+            name: b.rank.base().to_string(),
         })
         .collect();
     functions.sort_by_key(|f| f.start);
@@ -1610,7 +1606,7 @@ pub fn vdso_functions(start: u64) -> Vec<JitSymbol> {
 }
 
 /// The code ranges (start, end) of an ELF file's `.eh_frame` entries (FDEs), sorted.
-fn unwind_ranges(data: &[u8]) -> Vec<(u64, u64)> {
+fn unwind_ranges<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, u64)> {
     use addr2line::gimli::{self, UnwindSection};
     let Ok(file) = object::File::parse(data) else {
         return Vec::new();
@@ -1650,21 +1646,41 @@ fn unwind_ranges(data: &[u8]) -> Vec<(u64, u64)> {
 /// `__GI___libc_free` and the compatibility symbol `cfree@GLIBC_2.2.5`, and the symbol
 /// tables' own order would give `cfree`. See [`NameRank`] for the order.
 fn preferred_names<'d, R: object::ReadRef<'d>>(data: R) -> HashMap<u64, String> {
-    let mut best: HashMap<u64, (NameRank<'d>, bool)> = HashMap::new();
-    for (address, rank, _) in ranked_functions(data) {
+    best_names(ranked_functions(data))
+        .into_iter()
+        .filter(|(_, b)| b.aliased)
+        .map(|(addr, b)| (addr, b.rank.name.to_string()))
+        .collect()
+}
+
+/// The best-ranked name at one address (see [`best_names`]).
+struct BestName<'n> {
+    rank: NameRank<'n>,
+    /// Its size, or a bigger one an earlier best had.
+    size: u64,
+    /// Whether other names (not versions of it) are at the address too.
+    aliased: bool,
+}
+
+/// The best of `ranked`'s names (see [`ranked_functions`]) at each address.
+fn best_names(ranked: Vec<(u64, NameRank<'_>, u64)>) -> HashMap<u64, BestName<'_>> {
+    let mut best: HashMap<u64, BestName> = HashMap::new();
+    for (address, rank, size) in ranked {
         best.entry(address)
-            .and_modify(|(b, aliased)| {
-                *aliased |= b.base() != rank.base();
-                if rank < *b {
-                    *b = rank;
+            .and_modify(|b| {
+                b.aliased |= b.rank.base() != rank.base();
+                if rank < b.rank {
+                    b.rank = rank;
+                    b.size = size.max(b.size);
                 }
             })
-            .or_insert((rank, false));
+            .or_insert(BestName {
+                rank,
+                size,
+                aliased: false,
+            });
     }
-    best.into_iter()
-        .filter(|(_, (_, aliased))| *aliased)
-        .map(|(addr, (rank, _))| (addr, rank.name.to_string()))
-        .collect()
+    best
 }
 
 /// How well a function symbol names its address, lower first: a default or unversioned name
@@ -1756,16 +1772,8 @@ fn plt_stubs(data: &[u8]) -> Vec<FunctionSymbol> {
     // IFUNC symbol there (objdump says `*ABS*+0x9be70@plt`).
     let resolvers = std::cell::OnceCell::new();
     let resolver = |at: u64| {
-        let resolvers: &Vec<(u64, NameRank, u64)> = resolvers.get_or_init(|| {
-            let mut all = ranked_functions(data);
-            all.sort_unstable();
-            all
-        });
-        let first = resolvers.partition_point(|(a, _, _)| *a < at);
-        let named = resolvers[first..].iter().take_while(|(a, _, _)| *a == at);
-        named
-            .min_by_key(|(_, r, _)| *r)
-            .map(|(_, r, _)| r.base().to_string())
+        let resolvers = resolvers.get_or_init(|| best_names(ranked_functions(data)));
+        resolvers.get(&at).map(|b| b.rank.base().to_string())
     };
     let slots: HashMap<u64, String> = relocations
         .filter_map(|(slot, r)| match r.target() {
