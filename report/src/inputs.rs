@@ -15,6 +15,7 @@
 //! Replay CSVs beside their JSON twin are skipped (same records). Anything else is an error
 //! naming the file and what report reads.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use mgbench_replay::config::{Defaults, RunConfig};
@@ -80,8 +81,26 @@ pub struct Inputs {
     pub notes: Vec<String>,
 }
 
+/// How traces given as inputs are analysed.
+#[derive(Debug, Clone, Copy)]
+pub struct TraceOptions {
+    /// Threads for decoding and analysing.
+    pub threads: usize,
+    /// Analyse the accesses before a damaged part instead of refusing the trace.
+    pub allow_damaged: bool,
+}
+
+impl Default for TraceOptions {
+    fn default() -> Self {
+        TraceOptions {
+            threads: 1,
+            allow_damaged: false,
+        }
+    }
+}
+
 /// Reads every input (files, or directories of them), in the order given.
-pub fn load(paths: &[PathBuf], threads: usize) -> Result<Inputs, ReportError> {
+pub fn load(paths: &[PathBuf], traces: TraceOptions) -> Result<Inputs, ReportError> {
     let mut inputs = Inputs::default();
     if paths.is_empty() {
         return Err(ReportError::NoInputs);
@@ -108,7 +127,7 @@ pub fn load(paths: &[PathBuf], threads: usize) -> Result<Inputs, ReportError> {
             entries.sort();
             let before = inputs.files.len();
             for f in &entries {
-                load_file(f, &mut inputs, threads, true)?;
+                load_file(f, &mut inputs, traces, true)?;
             }
             if inputs.files.len() == before {
                 inputs.notes.push(format!(
@@ -127,7 +146,7 @@ pub fn load(paths: &[PathBuf], threads: usize) -> Result<Inputs, ReportError> {
                 p.display()
             ));
         } else {
-            load_file(p, &mut inputs, threads, false)?;
+            load_file(p, &mut inputs, traces, false)?;
         }
     }
     Ok(inputs)
@@ -139,33 +158,68 @@ const NOT_INPUTS: [&str; 9] = [
 ];
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    let d = Sha256::digest(bytes);
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether the file starts as an mgbench trace does.
+fn is_trace(path: &Path) -> std::io::Result<bool> {
+    let magic = mgbench_capture::trace::MAGIC;
+    let mut head = Vec::with_capacity(magic.len());
+    std::fs::File::open(path)?
+        .take(magic.len() as u64)
+        .read_to_end(&mut head)?;
+    Ok(head == magic)
+}
+
+/// SHA-256 and length of a file, read in 1 MiB pieces.
+fn sha256_of_file(path: &Path) -> std::io::Result<(String, u64)> {
+    let mut f = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        len += n as u64;
+    }
+    Ok((hex(&hasher.finalize()), len))
 }
 
 fn load_file(
     path: &Path,
     inputs: &mut Inputs,
-    threads: usize,
+    traces: TraceOptions,
     from_dir: bool,
 ) -> Result<(), ReportError> {
-    let bytes = std::fs::read(path).map_err(|cause| ReportError::Read {
+    let read_error = |cause| ReportError::Read {
         path: path.to_path_buf(),
         cause,
-    })?;
-    let mut file = InputFile {
-        path: path.to_path_buf(),
-        sha256: sha256_hex(&bytes),
-        bytes: bytes.len() as u64,
-        what: String::new(),
     };
     let bad = |why: String| ReportError::Unreadable {
         path: path.to_path_buf(),
         why,
     };
-    if bytes.starts_with(mgbench_capture::trace::MAGIC) {
+    // A trace can be gigabytes: it is hashed as it streams by, never held whole.
+    if is_trace(path).map_err(read_error)? {
+        let (sha256, bytes) = sha256_of_file(path).map_err(read_error)?;
+        let mut file = InputFile {
+            path: path.to_path_buf(),
+            sha256,
+            bytes,
+            what: String::new(),
+        };
         let cfg = mgbench_synth::analyze::AnalyzeConfig {
-            threads: threads.max(1),
+            threads: traces.threads.max(1),
+            allow_damaged: traces.allow_damaged,
             ..Default::default()
         };
         let report = mgbench_synth::analyze::analyze(path, &cfg)
@@ -175,6 +229,13 @@ fn load_file(
         inputs.files.push(file);
         return Ok(());
     }
+    let bytes = std::fs::read(path).map_err(read_error)?;
+    let mut file = InputFile {
+        path: path.to_path_buf(),
+        sha256: sha256_hex(&bytes),
+        bytes: bytes.len() as u64,
+        what: String::new(),
+    };
     if path.extension().is_some_and(|e| e == "csv") {
         return load_csv(path, &bytes, file, inputs, from_dir);
     }

@@ -59,6 +59,8 @@ pub struct ReportConfig {
     pub command_line: String,
     /// Threads for analysing traces given as inputs.
     pub threads: usize,
+    /// Analyse a damaged trace's accesses before the damage instead of refusing it.
+    pub allow_damaged: bool,
 }
 
 impl ReportConfig {
@@ -68,6 +70,7 @@ impl ReportConfig {
             baseline: None,
             command_line,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            allow_damaged: false,
         }
     }
 }
@@ -88,7 +91,13 @@ pub struct Report {
 
 /// Reads the inputs and builds the page.
 pub fn build(cfg: &ReportConfig) -> Result<Report, ReportError> {
-    let inputs = inputs::load(&cfg.inputs, cfg.threads)?;
+    let inputs = inputs::load(
+        &cfg.inputs,
+        inputs::TraceOptions {
+            threads: cfg.threads,
+            allow_damaged: cfg.allow_damaged,
+        },
+    )?;
     render(&inputs, cfg)
 }
 

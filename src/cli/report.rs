@@ -21,6 +21,10 @@ pub struct ReportArgs {
     /// The machine the comparison figures are relative to (a hostname, or part of one).
     #[arg(long, value_name = "MACHINE")]
     baseline: Option<String>,
+    /// Analyse a damaged trace (a capture that was killed mid-write) up to the damage
+    /// instead of refusing it; its analysis says so.
+    #[arg(long)]
+    allow_damaged: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -62,6 +66,7 @@ pub fn report(args: ReportArgs) -> Result<i32> {
     super::analyze::check_writable(&args.output)?;
     let mut cfg = ReportConfig::new(args.inputs, command_line());
     cfg.baseline = args.baseline;
+    cfg.allow_damaged = args.allow_damaged;
     let report = build(&cfg)?;
     write_atomically(&args.output, report.html.as_bytes())?;
     let marks: usize = report.figures.iter().map(|f| f.marks).sum();
@@ -79,7 +84,7 @@ pub fn report(args: ReportArgs) -> Result<i32> {
 }
 
 pub fn compare(args: CompareArgs) -> Result<i32> {
-    let inputs = mgbench_report::inputs::load(&args.results, 1)?;
+    let inputs = mgbench_report::inputs::load(&args.results, Default::default())?;
     for n in &inputs.notes {
         eprintln!("mgbench: note: {n}");
     }

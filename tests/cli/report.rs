@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::common::{mgbench, stderr, stdout, temp_dir};
+use crate::common::{app, have, mgbench, stderr, stdout, temp_dir};
 
 fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("report/tests/data")
@@ -177,4 +177,57 @@ fn compare_flags_runs_too_short_to_time() {
     };
     assert_eq!(last_pattern(&copy), "laplacian-2d");
     assert_ne!(last_pattern(&d), "laplacian-2d");
+}
+
+#[test]
+fn report_reads_a_damaged_trace_only_when_told() {
+    if !have("qemu-x86_64", "report on a captured demo") {
+        return;
+    }
+    let dir = temp_dir("report-damaged");
+    let o = mgbench(
+        &[
+            "capture",
+            "--full",
+            "-o",
+            "t.mgbt",
+            "--",
+            &app("triad"),
+            "--n=65536",
+            "--sweeps=2",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A capture killed mid-write: the file ends inside its last frame.
+    let bytes = std::fs::read(dir.join("t.mgbt")).unwrap();
+    std::fs::write(dir.join("cut.mgbt"), &bytes[..bytes.len() - 10]).unwrap();
+    let o = mgbench(&["report", "cut.mgbt", "-o", "r.html"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("cut.mgbt") && err.contains("damaged") && err.contains("--allow-damaged"),
+        "{err}"
+    );
+    assert!(!dir.join("r.html").exists());
+    // The flag the error names exists, and the page says what was left out.
+    let o = mgbench(
+        &["report", "--allow-damaged", "cut.mgbt", "-o", "r.html"],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(dir.join("r.html")).unwrap();
+    assert!(
+        html.contains("the trace is damaged: only the accesses before the damage were analysed")
+    );
+    // The page lists the trace by its digest, hashed as it streamed by.
+    let whole = mgbench(&["report", "t.mgbt", "-o", "whole.html"], &dir);
+    assert!(whole.status.success(), "{}", stderr(&whole));
+    let html = std::fs::read_to_string(dir.join("whole.html")).unwrap();
+    let sum = std::process::Command::new("sha256sum")
+        .arg(dir.join("t.mgbt"))
+        .output()
+        .expect("sha256sum (coreutils)");
+    let digest = String::from_utf8_lossy(&sum.stdout)[..64].to_string();
+    assert!(html.contains(&digest), "sha256 {digest} not in the page");
 }
