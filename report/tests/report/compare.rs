@@ -17,7 +17,7 @@ fn three() -> mgbench_report::inputs::Inputs {
             fixture("machine-c-replay.json"),
             fixture("machine-c-stream.json"),
         ],
-        1,
+        Default::default(),
     )
     .unwrap()
 }
@@ -123,7 +123,7 @@ fn versions_and_missing_stream_are_flagged() {
 
 #[test]
 fn mpi_and_sweep_records_are_not_machines() {
-    let i = load(&[data()], 1).unwrap();
+    let i = load(&[data()], Default::default()).unwrap();
     let single = single_runs(&i.records);
     assert!(single.len() < i.records.len());
     let c = compare(&single, &i.streams, &i.gpu_streams, None).unwrap();

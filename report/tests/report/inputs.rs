@@ -7,7 +7,7 @@ use crate::common::{fixture, temp_dir};
 
 #[test]
 fn every_fixture_kind_is_recognised() {
-    let i = load(&[crate::common::data()], 1).unwrap();
+    let i = load(&[crate::common::data()], Default::default()).unwrap();
     assert_eq!(i.streams.len(), 3);
     assert_eq!(i.gpu_streams.len(), 1);
     assert_eq!(i.patterns.len(), 1);
@@ -26,7 +26,7 @@ fn every_fixture_kind_is_recognised() {
         .collect();
     named.sort();
     assert!(named.iter().any(|p| p.ends_with("README.md")), "{named:?}");
-    let j = load(&named, 1).unwrap();
+    let j = load(&named, Default::default()).unwrap();
     assert_eq!(j.records.len(), i.records.len());
     assert_eq!(j.files.len(), i.files.len());
     assert!(
@@ -39,7 +39,7 @@ fn every_fixture_kind_is_recognised() {
 }
 
 fn err(files: &[std::path::PathBuf]) -> String {
-    match load(files, 1) {
+    match load(files, Default::default()) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("{files:?} should be refused"),
     }
