@@ -94,6 +94,10 @@ pub struct ReuseArgs {
     /// Threads decoding the trace (default: one per CPU).
     #[arg(long = "decode-threads", value_parser = non_negative)]
     decode_threads: Option<usize>,
+    /// Run over the readable part of a damaged trace (a capture killed mid-write) instead of
+    /// refusing it.
+    #[arg(long)]
+    allow_damaged: bool,
     /// Live runs: natively with the PMU's address sampling where the CPU has it (as RDX),
     /// else under QEMU.
     #[arg(long, value_enum, default_value_t = LiveBackend::Auto)]
@@ -192,6 +196,7 @@ pub fn run(args: ReuseArgs) -> Result<i32> {
                     .decode_threads
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
                     .max(1),
+                allow_damaged: args.allow_damaged,
                 ..ReuseConfig::default()
             };
             let _bar = Display::start(&cfg.progress, Style::Bytes);

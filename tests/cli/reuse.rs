@@ -357,6 +357,21 @@ fn reuse_bad_input_is_named() {
         &["reuse", "--rdx", "full.mgbt", "-o", "no/such/dir/r.json"],
         &["no/such/dir/r.json"],
     );
+    // A damaged trace (a capture killed mid-write) is refused with the flag that reads it,
+    // and the flag exists.
+    let bytes = std::fs::read(dir.join("full.mgbt")).unwrap();
+    std::fs::write(dir.join("cut.mgbt"), &bytes[..bytes.len() - 10]).unwrap();
+    err(
+        &["reuse", "--rdx", "cut.mgbt"],
+        &["cut.mgbt", "damaged", "--allow-damaged"],
+    );
+    let o = mgbench(&["reuse", "--rdx", "cut.mgbt", "--allow-damaged"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = stdout(&o);
+    assert!(
+        t.contains("the trace is damaged: only the accesses before the damage were used"),
+        "{t}"
+    );
     // A report already written is kept when a later run fails.
     std::fs::write(dir.join("keep.json"), "{}\n").unwrap();
     err(
