@@ -230,12 +230,12 @@ fn row(name: &str, l: &Locality, out: &mut impl Write) -> std::io::Result<()> {
 fn table(r: &LocalityReport, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{}: {} trace of {}, {} accesses, sample ratio {:.1}, reuse distances {}",
+        "{}: {} trace of {}, {} accesses, sample ratio {}, reuse distances {}",
         r.trace,
         r.mode,
         r.program.as_deref().unwrap_or("?"),
         r.accesses,
-        r.sample_ratio,
+        r.sample_ratio_text(),
         match r.reuse_method {
             ReuseMethod::Exact => "exact".to_string(),
             ReuseMethod::Shards { rate } => format!("SHARDS at rate {rate}"),

@@ -91,6 +91,18 @@ pub struct LocalityReport {
     pub notes: Vec<String>,
 }
 
+impl LocalityReport {
+    /// The sample ratio in words: a timed (ptrace) trace's is unknown, whatever the number
+    /// (1) that stands for it in `sample_ratio`.
+    pub fn sample_ratio_text(&self) -> String {
+        if self.mode == "timed" {
+            "unknown (time-sampled)".to_string()
+        } else {
+            format!("{:.1}", self.sample_ratio)
+        }
+    }
+}
+
 /// The memory the reuse-distance engines held for the whole program (functions come on top
 /// with `--by function`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

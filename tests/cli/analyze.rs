@@ -311,3 +311,55 @@ fn by_function_tracks_the_busiest_functions_not_the_first_met() {
         "a pooled function has {busiest_other} accesses, a tracked one {least_tracked}"
     );
 }
+
+/// A timed (ptrace) trace's sample ratio is unknown: the table and the report say so instead
+/// of printing the 1 that stands for it in the JSON; an exact (qemu) one prints its number.
+#[test]
+fn a_timed_trace_says_its_sample_ratio_is_unknown() {
+    let dir = temp_dir("analyze-timed");
+    let o = mgbench(
+        &[
+            "capture",
+            "-q",
+            "--backend",
+            "ptrace",
+            "--sample-interval",
+            "1",
+            "-o",
+            "timed.mgbt",
+            "--",
+            &app("gather"),
+            "--reps=2000",
+        ],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mgbench(&["analyze", "timed.mgbt", "--no-apex"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let head = stdout(&o).lines().next().unwrap_or_default().to_string();
+    assert!(
+        head.contains("timed trace of") && head.contains("sample ratio unknown (time-sampled)"),
+        "{head}"
+    );
+    let v = analyze_json(&dir, &["timed.mgbt", "--no-apex"]);
+    assert_eq!(v["mode"], "timed");
+    assert_eq!(v["sample_ratio"].as_f64(), Some(1.0));
+    let o = mgbench(&["report", "timed.mgbt", "-o", "r.html"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(dir.join("r.html")).unwrap();
+    assert!(html.contains("sample ratio unknown (time-sampled)"));
+    if !have("qemu-x86_64", "the sampled half of the timed-ratio test") {
+        return;
+    }
+    let o = mgbench(
+        &["capture", "-q", "-o", "s.mgbt", "--", &app("gather")],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mgbench(&["analyze", "s.mgbt", "--no-apex"], &dir);
+    let head = stdout(&o).lines().next().unwrap_or_default().to_string();
+    let v = analyze_json(&dir, &["s.mgbt", "--no-apex"]);
+    let rho = v["sample_ratio"].as_f64().unwrap();
+    assert!(rho > 1.0, "{v}");
+    assert!(head.contains(&format!("sample ratio {rho:.1},")), "{head}");
+}

@@ -97,11 +97,11 @@ pub fn sections(analyses: &[(String, LocalityReport)], ids: &mut Ids) -> Vec<Sec
             }
             tables.push(("Scores".to_string(), t));
             let mut intro = format!(
-                "{} trace of {}: {} accesses, sample ratio {:.1}; spatial score {:.3}, temporal score {:.3}.",
+                "{} trace of {}: {} accesses, sample ratio {}; spatial score {:.3}, temporal score {:.3}.",
                 r.mode,
                 name,
                 r.accesses,
-                r.sample_ratio,
+                r.sample_ratio_text(),
                 r.program_locality.spatial_score,
                 r.program_locality.temporal_score
             );
