@@ -1,6 +1,16 @@
 //! The `mgbench` command line: parses arguments into the library crates' configs, runs them,
 //! prints results and picks the exit code. All logic lives in the library crates.
 
+/// `eprintln!` that never panics: std's panics when stderr is closed (`mgbench capture ...
+/// 2>&1 | head -1`), which stopped a capture after its trace was written, with exit 101 and
+/// no word; messages to a closed stderr are dropped, as other Unix tools drop them.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod cli;
 
 use std::process::ExitCode;

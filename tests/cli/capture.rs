@@ -3986,3 +3986,35 @@ fn go_programs_run_without_signal_preemption_where_counting_is_inline() {
         stderr(&o)
     );
 }
+
+/// A closed stderr (`mgbench capture ... 2>&1 | head -1`) neither stops the capture nor
+/// changes its exit status: std's eprintln! panicked there (exit 101), before the program ran
+/// when stderr was closed from the start.
+#[test]
+fn a_closed_stderr_stops_nothing() {
+    if !need_qemu("capture with stderr closed") {
+        return;
+    }
+    let dir = temp_dir("closed-stderr");
+    for mode in [&["-o", "s.mgbt"][..], &["--full", "-o", "f.mgbt"][..]] {
+        let mut args = vec!["capture"];
+        args.extend_from_slice(mode);
+        let gather = app("gather");
+        args.extend(["--", &gather]);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mgbench"))
+            .args(&args)
+            .current_dir(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close the read end before mgbench writes its first line.
+        drop(child.stderr.take());
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "{mode:?}");
+        let t = read_trace(&dir.join(mode[mode.len() - 1]));
+        assert!(!t.damaged, "{mode:?}");
+        let end = t.end.expect("the trace is finished");
+        assert!(end.recorded > 0, "{mode:?}: {end:?}");
+    }
+}
