@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use mgbench_capture::backend::{
     self, BackendKind, CaptureConfig, ProgramExit, DEFAULT_INTERVAL_MS, DEFAULT_PERIOD,
@@ -580,6 +580,45 @@ pub struct ImportArgs {
     /// The mgbench trace to write.
     #[arg(short = 'o', long)]
     output: PathBuf,
+    /// A file the traced program ran code from, so that its code is named: PATH for a
+    /// program linked at fixed addresses, PATH@ADDRESS for a PIE or shared library (ADDRESS:
+    /// where its first page was loaded, as /proc/PID/maps shows it). Repeatable. A lackey log
+    /// of `valgrind -v -v` says where every file was loaded by itself.
+    #[arg(long, value_name = "PATH[@ADDRESS]")]
+    program: Vec<String>,
+}
+
+/// The mappings `--program PATH[@ADDRESS]` gives an imported trace.
+fn program_mappings(arg: &str) -> Result<Vec<mgbench_capture::trace::Mapping>> {
+    use mgbench_capture::import::ElfLoad;
+    let (path, at) = match arg.rsplit_once('@') {
+        Some((p, a)) if !p.is_empty() => {
+            let a = a.trim();
+            let parsed = match a.strip_prefix("0x").or_else(|| a.strip_prefix("0X")) {
+                Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                None => a.parse::<u64>().ok(),
+            };
+            match parsed {
+                Some(v) => (p, Some(v)),
+                None => bail!(
+                    "--program {arg}: {a:?} is not an address (give hex as 0x555555554000, or decimal)"
+                ),
+            }
+        }
+        _ => (arg, None),
+    };
+    let elf = ElfLoad::read(Path::new(path)).map_err(|why| anyhow!("--program {path}: {why}"))?;
+    let start = match (at, elf.pie) {
+        (Some(a), _) => a,
+        (None, false) => elf.first_page,
+        (None, true) => bail!(
+            "--program {path}: it is position-independent (a PIE or shared library), loaded where the run chose: give where its first page was, --program {path}@ADDRESS (the start of its first line in /proc/PID/maps; under Valgrind a PIE program's is 0x108000, and `valgrind -v -v` logs every file's)"
+        ),
+    };
+    if start % 4096 != 0 {
+        bail!("--program {arg}: {start:#x} is not page-aligned: give where the file's first page was loaded (the start of its first line in /proc/PID/maps)");
+    }
+    Ok(elf.mappings(start))
 }
 
 pub fn import(args: ImportArgs) -> Result<i32> {
@@ -588,6 +627,10 @@ pub fn import(args: ImportArgs) -> Result<i32> {
         ImportFrom::Lackey => ImportKind::Lackey,
         ImportFrom::Memgaze => ImportKind::Memgaze,
     };
+    let mut mappings = Vec::new();
+    for p in &args.program {
+        mappings.extend(program_mappings(p)?);
+    }
     let input = std::fs::File::open(&args.input)
         .with_context(|| format!("cannot open {}", args.input.display()))?;
     let progress = Progress::new();
@@ -635,6 +678,10 @@ pub fn import(args: ImportArgs) -> Result<i32> {
     let imported = TraceWriter::create(BufWriter::new(out), &meta)
         .with_context(|| format!("cannot write {}", temp.display()))
         .and_then(|mut w| {
+            if !mappings.is_empty() {
+                w.write_mappings(&mappings)
+                    .with_context(|| format!("cannot write {}", temp.display()))?;
+            }
             let summary = mgbench_capture::import::import(kind, input, &mut w)
                 .with_context(|| format!("{}", args.input.display()))?;
             w.write_end(&EndInfo {
@@ -669,6 +716,26 @@ pub fn import(args: ImportArgs) -> Result<i32> {
     );
     for (what, n) in &summary.ignored {
         eprintln!("mgbench: note: skipped {n} {what}");
+    }
+    if !summary.located.is_empty() {
+        eprintln!(
+            "mgbench: note: {} file(s) named where Valgrind's log says they were loaded (their code is named)",
+            summary.located.len()
+        );
+    }
+    for (path, why) in &summary.unreadable {
+        eprintln!("mgbench: warning: {path}, which the log says was loaded, {why}: its code stays unnamed");
+    }
+    if mappings.is_empty() && summary.located.is_empty() {
+        eprintln!(
+            "mgbench: note: {} says which instructions ran but not which files they came from: to name its code, give --program PATH[@ADDRESS] per file{}",
+            args.input.display(),
+            if kind == ImportKind::Lackey {
+                ", or run valgrind with -v -v, which logs where it loaded each"
+            } else {
+                ""
+            }
+        );
     }
     Ok(0)
 }

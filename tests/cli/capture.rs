@@ -4018,3 +4018,125 @@ fn a_closed_stderr_stops_nothing() {
         assert!(end.recorded > 0, "{mode:?}: {end:?}");
     }
 }
+
+/// The `main` row of `analyze --by function` on `trace`: its references.
+fn main_references(dir: &Path, trace: &str) -> Option<u64> {
+    let v = mgbench_json(
+        &[
+            "analyze",
+            trace,
+            "--by",
+            "function",
+            "--format",
+            "json",
+            "--no-apex",
+        ],
+        dir,
+    );
+    v["functions"]
+        .as_array()?
+        .iter()
+        .find(|f| f["function"] == "main")
+        .and_then(|f| f["references"].as_u64())
+}
+
+/// Other tools' traces carry addresses, not the files mapped there: a lackey log of
+/// `valgrind -v -v` says where each file was loaded, `--program PATH[@ADDRESS]` says it for
+/// any format; the imported code is then named exactly as in a capture of the same run.
+#[test]
+fn imported_code_is_named_from_valgrinds_log_or_program_flags() {
+    if !need_qemu("naming imported code") || !have("valgrind", "naming imported code") {
+        return;
+    }
+    let dir = temp_dir("import-named");
+    let args = ["--n=3000", "--bins=512", "--iters=2"];
+    // A PIE under Valgrind, which loads it at an address of its own.
+    let pie = app("histogram");
+    let lk = Command::new("valgrind")
+        .args([
+            "-v",
+            "-v",
+            "--tool=lackey",
+            "--trace-mem=yes",
+            "--log-file=vv.txt",
+        ])
+        .arg(&pie)
+        .args(args)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(lk.status.success(), "{}", stderr(&lk));
+    let o = mgbench(
+        &["import", "--from", "lackey", "vv.txt", "-o", "vv.mgbt"],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("named where Valgrind's log says they were loaded"),
+        "{e}"
+    );
+    assert!(e.contains("unwind-info dump lines"), "{e}");
+    let mut cap = vec!["capture", "-q", "--full", "-o", "q.mgbt", pie.as_str()];
+    cap.extend(args);
+    let o = mgbench(&cap, &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let exact = main_references(&dir, "q.mgbt").expect("main in the capture");
+    assert!(exact > 1000, "{exact}");
+    assert_eq!(main_references(&dir, "vv.mgbt"), Some(exact));
+    // A gs_patterns record stream of the non-PIE build's run (pc records, then accesses).
+    let nopie = apps().join("nopie/histogram").display().to_string();
+    let mut cap = vec!["capture", "-q", "--full", "-o", "n.mgbt", nopie.as_str()];
+    cap.extend(args);
+    let o = mgbench(&cap, &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let exact = main_references(&dir, "n.mgbt").expect("main in the capture");
+    let mut records = Vec::new();
+    let mut record = |kind: u16, size: u16, addr: u64| {
+        records.extend_from_slice(&kind.to_le_bytes());
+        records.extend_from_slice(&size.to_le_bytes());
+        records.extend_from_slice(&addr.to_le_bytes());
+    };
+    let mut pc = None;
+    for ch in read_trace(&dir.join("n.mgbt")).chunks {
+        for a in &ch.accesses {
+            if pc != Some(a.ip) {
+                record(0xa, 0, a.ip);
+                pc = Some(a.ip);
+            }
+            let kind = u16::from(a.kind.as_str() == "store");
+            record(kind, u16::from(a.size), a.addr);
+        }
+    }
+    std::fs::write(dir.join("gs.bin"), &records).unwrap();
+    let import = |extra: &[&str]| {
+        let mut a = vec!["import", "--from", "gspin", "gs.bin", "-o", "gs.mgbt"];
+        a.extend(extra);
+        mgbench(&a, &dir)
+    };
+    let o = import(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--program PATH[@ADDRESS]"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(main_references(&dir, "gs.mgbt"), None, "no file, no name");
+    let o = import(&["--program", &nopie]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(main_references(&dir, "gs.mgbt"), Some(exact));
+    // A PIE needs its address; a bad one is named; nothing is written.
+    std::fs::remove_file(dir.join("gs.mgbt")).unwrap();
+    for (flag, want) in [
+        (pie.clone(), "position-independent"),
+        (format!("{pie}@0x1234"), "not page-aligned"),
+        (format!("{pie}@zz"), "not an address"),
+        ("no/such/file".to_string(), "no/such/file"),
+    ] {
+        let o = import(&["--program", &flag]);
+        assert_eq!(o.status.code(), Some(1), "{flag}");
+        assert!(stderr(&o).contains("--program"), "{flag}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{flag}: {}", stderr(&o));
+        assert!(!dir.join("gs.mgbt").exists(), "{flag}");
+    }
+}

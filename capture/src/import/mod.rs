@@ -75,6 +75,11 @@ pub struct ImportSummary {
     pub samples: u64,
     /// Input records or lines that were not accesses and were skipped, by description.
     pub ignored: BTreeMap<String, u64>,
+    /// Files the input says where they were loaded (Valgrind's `-v -v` log): their code is
+    /// named.
+    pub located: Vec<String>,
+    /// Files it names that could not be read here, and why: their code stays unnamed.
+    pub unreadable: Vec<(String, String)>,
 }
 
 /// Opens `input` for reading, transparently decompressing gzip (detected by its magic).
@@ -114,6 +119,98 @@ pub fn import_meta(kind: ImportKind, source: &str, mode: Mode) -> TraceMeta {
         start_time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         roi: None,
         notes: vec![],
+    }
+}
+
+/// An ELF file as a loader maps it: what an imported trace needs to name the code it ran
+/// (other tools' traces carry addresses, not the files mapped there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElfLoad {
+    pub path: String,
+    /// Position-independent (a PIE or a shared library): loaded at an address chosen at run
+    /// time, which the trace's tool must say.
+    pub pie: bool,
+    /// Link address of the file's first page (the segment at file offset 0).
+    pub first_page: u64,
+    /// (link address, size in memory, file offset, permissions) of each PT_LOAD segment.
+    segments: Vec<(u64, u64, u64, String)>,
+}
+
+const PAGE: u64 = 4096;
+
+impl ElfLoad {
+    /// Reads the program headers of the ELF file at `path`.
+    pub fn read(path: &std::path::Path) -> Result<ElfLoad, String> {
+        use object::read::{Object, ObjectSegment};
+        let data = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+        let file = object::File::parse(&*data)
+            .map_err(|e| format!("not an ELF file this machine can read ({e})"))?;
+        if file.format() != object::BinaryFormat::Elf {
+            return Err(format!("not an ELF file (it is {:?})", file.format()));
+        }
+        let mut segments = Vec::new();
+        for seg in file.segments() {
+            let object::SegmentFlags::Elf { p_flags, .. } = seg.flags() else {
+                continue;
+            };
+            let perms = format!(
+                "{}{}{}p",
+                if p_flags.contains(object::elf::PF_R) {
+                    'r'
+                } else {
+                    '-'
+                },
+                if p_flags.contains(object::elf::PF_W) {
+                    'w'
+                } else {
+                    '-'
+                },
+                if p_flags.contains(object::elf::PF_X) {
+                    'x'
+                } else {
+                    '-'
+                },
+            );
+            segments.push((seg.address(), seg.size(), seg.file_range().0, perms));
+        }
+        if segments.is_empty() {
+            return Err("it has no loadable segment".into());
+        }
+        let first_page = segments
+            .iter()
+            .filter(|s| s.2 < PAGE)
+            .map(|s| s.0 / PAGE * PAGE)
+            .min()
+            .unwrap_or(segments[0].0 / PAGE * PAGE);
+        let path = std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.to_path_buf())
+            .display()
+            .to_string();
+        Ok(ElfLoad {
+            path,
+            pie: file.kind() == object::ObjectKind::Dynamic,
+            first_page,
+            segments,
+        })
+    }
+
+    /// Its mappings when its first page was mapped at `start`, page-aligned as the kernel
+    /// maps each segment.
+    pub fn mappings(&self, start: u64) -> Vec<crate::trace::Mapping> {
+        let bias = start.wrapping_sub(self.first_page);
+        self.segments
+            .iter()
+            .map(|(vaddr, size, offset, perms)| {
+                let lo = vaddr / PAGE * PAGE;
+                crate::trace::Mapping {
+                    start: lo.wrapping_add(bias),
+                    end: ((vaddr + size).div_ceil(PAGE) * PAGE).wrapping_add(bias),
+                    offset: offset / PAGE * PAGE,
+                    path: self.path.clone(),
+                    perms: perms.clone(),
+                }
+            })
+            .collect()
     }
 }
 

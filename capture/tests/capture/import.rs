@@ -112,6 +112,55 @@ hello world
     assert!(e.starts_with("line 3:") && e.contains("--log-file"), "{e}");
 }
 
+/// `valgrind -v -v` logs where it loaded each file (`Reading syms from FILE`, then a symbol's
+/// `svma` link and `avma` load address): each readable file becomes mappings at that bias; a
+/// file that cannot be read is listed, and the unmarked unwind dumps of `-v -v` are skipped.
+#[test]
+fn lackey_log_of_valgrind_v_v_places_its_files() {
+    let exe = std::env::current_exe().unwrap();
+    let log = format!(
+        "--7-- Reading syms from {}
+--7--    svma 0x0000001060, avma 0x0000109060
+--7--    object doesn't have a symbol table
+--7-- summarise_context(loc_start = 0x10): cannot summarise(why=1):
+0x30a: [0]={{ 56(r3) {{ u  u  u  c-56 u  }}
+I  10a000,4
+ L 1000,8
+--7-- Reading syms from /no/such/lib.so
+--7--    svma 0x0000000010, avma 0x0000000020
+",
+        exe.display()
+    );
+    let mut w = TraceWriter::create(
+        Vec::new(),
+        &import_meta(ImportKind::Lackey, "fixture", Mode::Full),
+    )
+    .unwrap();
+    let s = import(ImportKind::Lackey, log.as_bytes(), &mut w).unwrap();
+    w.write_end(&EndInfo::default()).unwrap();
+    let (frames, _) = read_all(&w.into_inner());
+    let maps: Vec<Mapping> = frames
+        .into_iter()
+        .flat_map(|f| match f {
+            Frame::Mappings(m) => m,
+            _ => vec![],
+        })
+        .collect();
+    let elf = mgbench_capture::import::ElfLoad::read(&exe).unwrap();
+    let want = elf.mappings(elf.first_page + 0x108000);
+    assert!(!want.is_empty());
+    assert_eq!(maps, want);
+    // The file at offset 0 is mapped where the bias puts its first page.
+    let first = maps.iter().find(|m| m.offset == 0).unwrap();
+    assert_eq!(first.start, elf.first_page + 0x108000);
+    assert!(maps.iter().any(|m| m.perms.contains('x')));
+    assert_eq!(s.located, vec![elf.path.clone()]);
+    assert_eq!(s.unreadable.len(), 1);
+    assert_eq!(s.unreadable[0].0, "/no/such/lib.so");
+    assert_eq!(s.ignored["Valgrind unwind-info dump lines (-v -v)"], 1);
+    assert_eq!(s.accesses, 1);
+}
+
 #[test]
 fn memgaze_fractional_times_and_optional_dso() {
     let (chunks, s) = run(ImportKind::Memgaze, &fixture("memgaze-fractional.txt")).unwrap();
