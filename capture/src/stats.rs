@@ -64,9 +64,13 @@ pub struct TraceInfo {
     pub skipped: u64,
     /// (recorded + skipped) / recorded: what estimators scale by. 1 for full traces.
     pub sample_ratio: f64,
-    /// False for timed (ptrace) samples: nobody counted the accesses between windows, so
+    /// False for timed (ptrace) samples, where nobody counted the accesses between windows,
+    /// and for imported samples whose format keeps no skipped counts (MemGaze text): there
     /// `skipped` is 0 and `sample_ratio` 1 without meaning.
     pub sample_ratio_known: bool,
+    /// Why it is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample_ratio_unknown: Option<&'static str>,
     pub file_bytes: u64,
     pub bytes_per_access: f64,
     /// The end frame is present: the capture finished and was finalised.
@@ -177,7 +181,8 @@ pub fn trace_info(path: &Path, top: usize) -> Result<TraceInfo, InfoError> {
         Mode::Timed { window, .. } => (Some(window), None),
     };
     Ok(TraceInfo {
-        sample_ratio_known: !matches!(meta.mode, Mode::Timed { .. }),
+        sample_ratio_known: meta.mode.unknown_ratio().is_none(),
+        sample_ratio_unknown: meta.mode.unknown_ratio(),
         path: p,
         backend: meta.backend,
         mode: meta.mode.name().to_string(),

@@ -418,17 +418,13 @@ fn info(file: &Path, format: InfoFormat, top: usize) -> Result<i32> {
                 i.threads
             )?;
         }
-        if i.sample_ratio_known {
-            writeln!(
+        match i.sample_ratio_unknown {
+            None => writeln!(
                 out,
                 "skipped      {} (sample ratio {:.2})",
                 i.skipped, i.sample_ratio
-            )?;
-        } else {
-            writeln!(
-                out,
-                "skipped      unknown (time-sampled: sample ratio unknown)"
-            )?;
+            )?,
+            Some(why) => writeln!(out, "skipped      unknown ({why}: sample ratio unknown)")?,
         }
         writeln!(out, "instructions {} distinct", i.distinct_instructions)?;
         for n in &i.notes {

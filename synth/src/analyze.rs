@@ -80,8 +80,12 @@ pub struct LocalityReport {
     pub mode: String,
     /// Accesses read from the trace (before read-modify-write merging).
     pub accesses: u64,
-    /// Executed / recorded accesses.
+    /// Executed / recorded accesses; 1 where it is unknown (`sample_ratio_unknown`).
     pub sample_ratio: f64,
+    /// Why the sample ratio is unknown: "time-sampled" (a timed trace), or "the trace holds no
+    /// skipped counts" (imported MemGaze text); absent where it is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_ratio_unknown: Option<String>,
     pub reuse_method: ReuseMethod,
     #[serde(flatten)]
     pub program_locality: Locality,
@@ -95,10 +99,11 @@ impl LocalityReport {
     /// The sample ratio in words: a timed (ptrace) trace's is unknown, whatever the number
     /// (1) that stands for it in `sample_ratio`.
     pub fn sample_ratio_text(&self) -> String {
-        if self.mode == "timed" {
-            "unknown (time-sampled)".to_string()
-        } else {
-            format!("{:.1}", self.sample_ratio)
+        match (&self.sample_ratio_unknown, self.mode.as_str()) {
+            (Some(why), _) => format!("unknown ({why})"),
+            // Analyses written before the reason was recorded.
+            (None, "timed") => format!("unknown ({})", mgbench_capture::trace::TIME_SAMPLED),
+            (None, _) => format!("{:.1}", self.sample_ratio),
         }
     }
 }
@@ -289,18 +294,24 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
         notes
             .push("the trace is damaged: only the accesses before the damage were analysed".into());
     }
-    // Time-sampled windows carry no skipped counts: the footprint's upper estimate is unknown.
-    let timed = matches!(meta.mode, Mode::Timed { .. });
-    if timed {
-        notes.push(
+    // Time-sampled windows, and imported samples without skips, carry no skipped counts: the
+    // footprint's upper estimate is unknown.
+    let unknown_ratio = meta.mode.unknown_ratio();
+    match meta.mode {
+        Mode::Timed { .. } => notes.push(
             "timed (ptrace) samples carry no skipped counts: the footprint over the execution is estimated from the windows alone, with no upper estimate"
                 .into(),
-        );
+        ),
+        _ if unknown_ratio.is_some() => notes.push(
+            "the trace's samples carry no skipped counts (imported): the footprint over the execution is estimated from the windows alone, with no upper estimate"
+                .into(),
+        ),
+        _ => {}
     }
     let grid = cfg
         .apex
         .then(|| apex::grid(cfg.apex_m, apex::GRID_ACCESSES, cfg.threads.max(1)));
-    let scale = (!timed).then_some(rho);
+    let scale = unknown_ratio.is_none().then_some(rho);
     let program_locality = summarize(&mut program, scale, grid.as_ref());
     let memory = MemoryUse {
         distinct_words: program.scorer.distinct_words().round() as u64,
@@ -345,6 +356,7 @@ pub fn analyze(path: &Path, cfg: &AnalyzeConfig) -> Result<LocalityReport, Synth
         mode: meta.mode.name().to_string(),
         accesses,
         sample_ratio: rho,
+        sample_ratio_unknown: unknown_ratio.map(str::to_string),
         reuse_method: cfg.method,
         program_locality,
         functions,

@@ -344,6 +344,7 @@ fn a_timed_trace_says_its_sample_ratio_is_unknown() {
     let v = analyze_json(&dir, &["timed.mgbt", "--no-apex"]);
     assert_eq!(v["mode"], "timed");
     assert_eq!(v["sample_ratio"].as_f64(), Some(1.0));
+    assert_eq!(v["sample_ratio_unknown"], "time-sampled");
     let o = mgbench(&["report", "timed.mgbt", "-o", "r.html"], &dir);
     assert!(o.status.success(), "{}", stderr(&o));
     let html = std::fs::read_to_string(dir.join("r.html")).unwrap();
@@ -360,6 +361,7 @@ fn a_timed_trace_says_its_sample_ratio_is_unknown() {
     let head = stdout(&o).lines().next().unwrap_or_default().to_string();
     let v = analyze_json(&dir, &["s.mgbt", "--no-apex"]);
     let rho = v["sample_ratio"].as_f64().unwrap();
+    assert!(v.get("sample_ratio_unknown").is_none(), "{v}");
     assert!(rho > 1.0, "{v}");
     assert!(head.contains(&format!("sample ratio {rho:.1},")), "{head}");
 }

@@ -2820,6 +2820,34 @@ fn import_from_the_command_line() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("bad.txt: line 2"), "{}", stderr(&o));
     assert!(!dir.join("b.mgbt").exists(), "no half-written output");
+    // MemGaze text keeps sample ids but no skipped counts: the ratio is unknown, not 1.
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("capture/tests/data/memgaze-fractional.txt");
+    let fixture = fixture.display().to_string();
+    let o = mgbench(
+        &["import", "--from", "memgaze", &fixture, "-o", "m.mgbt"],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mgbench(&["trace", "info", "m.mgbt"], &dir);
+    assert!(
+        stdout(&o).contains("skipped      unknown (the trace holds no skipped counts"),
+        "{}",
+        stdout(&o)
+    );
+    let o = mgbench(&["analyze", "m.mgbt", "--no-apex"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("sample ratio unknown (the trace holds no skipped counts)"),
+        "{}",
+        stdout(&o)
+    );
+    let v = mgbench_json(&["analyze", "m.mgbt", "--no-apex", "-f", "json"], &dir);
+    assert_eq!(
+        v["sample_ratio_unknown"],
+        "the trace holds no skipped counts"
+    );
+    assert!(v["footprint"]["estimate"]["upper_blocks"].is_null(), "{v}");
 }
 
 pub(crate) fn cpu_has(flag: &str) -> bool {

@@ -359,6 +359,11 @@ pub const GUEST_STACK: &str = "[stack]";
 /// [`Mapping::thread_stack`].
 pub const THREAD_STACK: &str = "[thread stack]";
 
+/// Why a timed trace's sample ratio is unknown (see [`Mode::unknown_ratio`]).
+pub const TIME_SAMPLED: &str = "time-sampled";
+/// Why an imported sampled trace's is (its format keeps no skipped counts).
+pub const NO_SKIPPED_COUNTS: &str = "the trace holds no skipped counts";
+
 /// How accesses were chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "lowercase")]
@@ -374,6 +379,18 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Why the skipped accesses, and so the sample ratio, are unknown; `None` where they are
+    /// counted (full traces, and samples that record what they skipped).
+    pub fn unknown_ratio(&self) -> Option<&'static str> {
+        match self {
+            Mode::Full => None,
+            Mode::Timed { .. } => Some(TIME_SAMPLED),
+            // Samples without a period: imported MemGaze text, which keeps sample ids only.
+            Mode::Sampled { period: 0, .. } => Some(NO_SKIPPED_COUNTS),
+            Mode::Sampled { .. } => None,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Mode::Full => "full",
