@@ -175,22 +175,10 @@ fn is_trace(path: &Path) -> std::io::Result<bool> {
     Ok(head == magic)
 }
 
-/// SHA-256 and length of a file, read in 1 MiB pieces.
+/// SHA-256 and length of a file, read piece by piece.
 fn sha256_of_file(path: &Path) -> std::io::Result<(String, u64)> {
-    let mut f = std::fs::File::open(path)?;
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut len = 0u64;
-    loop {
-        let n = match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-        len += n as u64;
-    }
+    let len = std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
     Ok((hex(&hasher.finalize()), len))
 }
 

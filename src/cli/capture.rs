@@ -603,7 +603,8 @@ fn program_mappings(arg: &str) -> Result<Vec<mgbench_capture::trace::Mapping>> {
         }
         _ => (arg, None),
     };
-    let elf = ElfLoad::read(Path::new(path)).map_err(|why| anyhow!("--program {path}: {why}"))?;
+    let elf =
+        ElfLoad::read(Path::new(path)).map_err(|why| anyhow!("--program {path}: it {why}"))?;
     let start = match (at, elf.pie) {
         (Some(a), _) => a,
         (None, false) => elf.first_page,
@@ -715,12 +716,12 @@ pub fn import(args: ImportArgs) -> Result<i32> {
     }
     if !summary.located.is_empty() {
         eprintln!(
-            "mgbench: note: {} file(s) named where Valgrind's log says they were loaded (their code is named)",
+            "mgbench: note: {} file(s) placed where Valgrind's log says they were loaded: their code is named",
             summary.located.len()
         );
     }
     for (path, why) in &summary.unreadable {
-        eprintln!("mgbench: warning: {path}, which the log says was loaded, {why}: its code stays unnamed");
+        eprintln!("mgbench: warning: {path}, loaded says the log, {why}: its code stays unnamed");
     }
     if mappings.is_empty() && summary.located.is_empty() {
         eprintln!(

@@ -4101,7 +4101,7 @@ fn imported_code_is_named_from_valgrinds_log_or_program_flags() {
     assert!(o.status.success(), "{}", stderr(&o));
     let e = stderr(&o);
     assert!(
-        e.contains("named where Valgrind's log says they were loaded"),
+        e.contains("placed where Valgrind's log says they were loaded"),
         "{e}"
     );
     assert!(e.contains("unwind-info dump lines"), "{e}");

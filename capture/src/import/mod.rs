@@ -142,11 +142,11 @@ impl ElfLoad {
     /// Reads the program headers of the ELF file at `path`.
     pub fn read(path: &std::path::Path) -> Result<ElfLoad, String> {
         use object::read::{Object, ObjectSegment};
-        let data = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+        let data = std::fs::read(path).map_err(|e| format!("cannot be read ({e})"))?;
         let file = object::File::parse(&*data)
-            .map_err(|e| format!("not an ELF file this machine can read ({e})"))?;
+            .map_err(|e| format!("is not an ELF file this machine can read ({e})"))?;
         if file.format() != object::BinaryFormat::Elf {
-            return Err(format!("not an ELF file (it is {:?})", file.format()));
+            return Err(format!("is not an ELF file (it is {:?})", file.format()));
         }
         let mut segments = Vec::new();
         for seg in file.segments() {
@@ -174,7 +174,7 @@ impl ElfLoad {
             segments.push((seg.address(), seg.size(), seg.file_range().0, perms));
         }
         if segments.is_empty() {
-            return Err("it has no loadable segment".into());
+            return Err("has no loadable segment".into());
         }
         let first_page = segments
             .iter()
