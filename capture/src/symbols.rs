@@ -1606,7 +1606,7 @@ pub fn vdso_functions(start: u64) -> Vec<JitSymbol> {
 }
 
 /// The code ranges (start, end) of an ELF file's `.eh_frame` entries (FDEs), sorted.
-fn unwind_ranges<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, u64)> {
+pub(crate) fn unwind_ranges<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, u64)> {
     use addr2line::gimli::{self, UnwindSection};
     let Ok(file) = object::File::parse(data) else {
         return Vec::new();

@@ -179,7 +179,7 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
                 Some(_) => program.clone(),
                 None => backend::resolve(&program)?.path,
             };
-            let c = backend::choose(&resolved, args.pid.is_some());
+            let c = backend::choose(&resolved, args.pid.is_some(), args.full);
             (c.kind, Some(c.why))
         }
         Backend::Qemu => (BackendKind::Qemu, None),
@@ -234,8 +234,8 @@ pub fn capture(mut args: CaptureArgs) -> Result<i32> {
     } else if report.exit == ProgramExit::Signal(4) && !backend::host_has_avx512() {
         // Where this CPU lacks AVX-512 too, no backend here runs such code: say so, rather
         // than leave the user to try ptrace.
-        let evex =
-            backend::resolve(&cfg.program).map_or(0, |p| backend::evex_instructions(&p.path));
+        let evex = backend::resolve(&cfg.program)
+            .map_or(0, |p| backend::evex_instructions(&p.path).total());
         if evex > 0 {
             eprintln!(
                 "mgbench: the program died of SIGILL: its code holds {evex} AVX-512 instruction(s), which neither QEMU's TCG nor this CPU (no avx512f in /proc/cpuinfo) can run, so no backend here can capture it: capture it on a machine with AVX-512 (where `--backend auto` takes ptrace), or a build of it without AVX-512"

@@ -4168,3 +4168,95 @@ fn imported_code_is_named_from_valgrinds_log_or_program_flags() {
         assert!(!dir.join("gs.mgbt").exists(), "{flag}");
     }
 }
+
+/// `--backend auto` counts only the AVX-512 code a program runs whatever the CPU: a static
+/// program holds glibc's AVX-512 string functions, which its IFUNCs choose by CPUID, and the
+/// loader's register-saving trampolines; a program's own IFUNC chooses its own. QEMU's CPU
+/// reports no AVX-512, so such programs run under QEMU (a static busybox went to ptrace
+/// stepping every instruction: hours for a sort QEMU records in 7 s), while gather512, whose
+/// own loop is AVX-512, still counts.
+#[test]
+fn auto_leaves_avx512_code_chosen_by_cpuid_to_qemu() {
+    if !need_qemu("auto's AVX-512 scan") {
+        return;
+    }
+    let dir = temp_dir("auto-cpuid");
+    std::fs::write(
+        dir.join("s.c"),
+        r#"#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <immintrin.h>
+__attribute__((target("avx512f"))) static long sum512(const long *a, int n) {
+  __m512i s = _mm512_setzero_si512();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) s = _mm512_add_epi64(s, _mm512_loadu_si512(a + i));
+  long r = _mm512_reduce_add_epi64(s);
+  for (; i < n; i++) r += a[i];
+  return r;
+}
+static long sum_plain(const long *a, int n) { long s = 0; for (int i = 0; i < n; i++) s += a[i]; return s; }
+static long (*resolve_sum(void))(const long *, int) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") ? sum512 : sum_plain;
+}
+long sum(const long *a, int n) __attribute__((ifunc("resolve_sum")));
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 4096;
+  long *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *a);
+  for (int i = 0; i < n; i++) a[i] = i;
+  memcpy(b, a, n * sizeof *a);
+  printf("%ld %zu\n", sum(b, n), strlen(argv[0]));
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    for (name, flags) in [("static", &["-static"][..]), ("ifunc", &[][..])] {
+        let ok = Command::new("gcc")
+            .args(["-O2", "-o", name, "s.c"])
+            .args(flags)
+            .current_dir(&dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "gcc {flags:?} (libc6-dev has the static C library)");
+        let exe = dir.join(name).display().to_string();
+        let o = mgbench(&["capture", "--full", "-o", "t.mgbt", "--", &exe], &dir);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("backend qemu (auto:"), "{name}: {e}");
+        assert!(
+            e.contains("AVX-512 instruction(s) all lie in code chosen by CPUID"),
+            "{name}: {e}"
+        );
+        if name == "static" {
+            assert!(
+                e.contains("in trampolines that only save vector registers"),
+                "{e}"
+            );
+        }
+        assert!(stdout(&o).starts_with("8386560 "), "{name}: {}", stdout(&o));
+        let t = read_trace(&dir.join("t.mgbt"));
+        assert!(t.end.is_some_and(|end| end.recorded > 4096), "{name}");
+    }
+    // gather512's own loop is AVX-512: auto counts it (ptrace where the CPU has AVX-512).
+    let o = mgbench(
+        &["capture", "-o", "g.mgbt", "--", &app("gather512"), "--n=64"],
+        &dir,
+    );
+    let e = stderr(&o);
+    if cpu_has("avx512f") {
+        assert!(e.contains("backend ptrace (auto:"), "{e}");
+        // Its loop's, not the 40 of the loader's trampoline linked in beside it.
+        let n: usize = e
+            .split("gather512 holds ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{e}"));
+        assert!((1..40).contains(&n), "{e}");
+    } else {
+        assert!(e.contains(NO_BACKEND_RUNS_IT), "{e}");
+    }
+}

@@ -23,7 +23,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-pub use program::{evex_instructions, host_has_avx512, resolve, which, Program};
+pub use program::{evex_instructions, host_has_avx512, resolve, which, EvexCount, Program};
 pub use sys::{signal_name, string_ops_under_watchpoint};
 
 use crate::symbols::{ElfImage, FunctionCode, SymbolError};
@@ -491,7 +491,7 @@ pub struct Choice {
 /// instructions runs natively under ptrace (QEMU's TCG lacks AVX-512) where the CPU has
 /// AVX-512; everything else runs under QEMU, whose samples have exact skip counts (Intel PT
 /// with ptwrite, the cheaper exact sampler, is detected but mgbench cannot record with it).
-pub fn choose(program: &Path, attach: bool) -> Choice {
+pub fn choose(program: &Path, attach: bool, full: bool) -> Choice {
     if attach {
         return Choice {
             kind: BackendKind::Ptrace,
@@ -499,12 +499,18 @@ pub fn choose(program: &Path, attach: bool) -> Choice {
         };
     }
     let evex = evex_instructions(program);
-    if evex > 0 && host_has_avx512() {
+    if evex.unconditional > 0 && host_has_avx512() {
+        let how = if full {
+            "ptrace runs it natively, stepping every instruction (tens of thousands of accesses a second: a long run takes hours)"
+        } else {
+            "ptrace runs it natively (timed samples: the sample ratio is unknown)"
+        };
         return Choice {
             kind: BackendKind::Ptrace,
             why: format!(
-                "{} holds {evex} AVX-512 instruction(s), which QEMU's TCG cannot run: ptrace runs it natively (timed samples: the sample ratio is unknown); where the program picks its AVX-512 code at run time by CPUID, as OpenSSL and simdutf do, --backend qemu runs the other code with exact samples",
-                program.display()
+                "{} holds {} AVX-512 instruction(s), which QEMU's TCG cannot run: {how}; where the program picks its AVX-512 code at run time by CPUID, as OpenSSL and simdutf do, --backend qemu runs the other code with exact samples",
+                program.display(),
+                evex.unconditional
             ),
         };
     }
@@ -512,9 +518,21 @@ pub fn choose(program: &Path, attach: bool) -> Choice {
         pt::PtSupport::Available => "Intel PT with ptwrite is present but not used by mgbench",
         _ => "no Intel PT with ptwrite here",
     };
+    let variants = match (evex.in_ifunc_variants, evex.in_register_saves) {
+        (0, 0) => String::new(),
+        (v, r) => format!(
+            "; its {} AVX-512 instruction(s) all lie in code chosen by CPUID ({v} in variants its IFUNCs choose among, as glibc's string functions in a static program; {r} in trampolines that only save vector registers, as the loader's), and QEMU's CPU reports no AVX-512",
+            v + r
+        ),
+    };
+    let exact = if full {
+        "QEMU records every access"
+    } else {
+        "QEMU counts every skipped access, so samples are exact"
+    };
     Choice {
         kind: BackendKind::Qemu,
-        why: format!("{pt}; QEMU counts every skipped access, so samples are exact"),
+        why: format!("{pt}; {exact}{variants}"),
     }
 }
 

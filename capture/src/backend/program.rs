@@ -70,22 +70,150 @@ pub fn which(name: &str) -> Option<PathBuf> {
     })
 }
 
+/// AVX-512 (EVEX-encoded) instructions in a program's own code.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EvexCount {
+    /// Those its code may run whatever the CPU.
+    pub unconditional: usize,
+    /// Those in functions its IFUNCs choose among by CPUID ([`ifunc_variants`]): glibc's
+    /// AVX-512 string functions in a static program, which a CPU without AVX-512 (QEMU's)
+    /// never gets.
+    pub in_ifunc_variants: usize,
+    /// Those in functions that only save and restore vector registers on the stack: the
+    /// loader's trampolines (`_dl_runtime_profile_avx512`), which it installs by CPUID.
+    pub in_register_saves: usize,
+}
+
+impl EvexCount {
+    pub fn total(&self) -> usize {
+        self.unconditional + self.in_ifunc_variants + self.in_register_saves
+    }
+}
+
 /// AVX-512 (EVEX-encoded) instructions in the executable sections of `path` (the program
 /// itself, not the libraries it loads: those pick their AVX-512 code at run time from the
-/// CPU's features, which QEMU reports without AVX-512).
-pub fn evex_instructions(path: &Path) -> usize {
+/// CPU's features, which QEMU reports without AVX-512; so do the program's own IFUNCs).
+pub fn evex_instructions(path: &Path) -> EvexCount {
     use object::{Object, ObjectSection, SectionKind};
+    let mut count = EvexCount::default();
     let Ok(data) = std::fs::read(path) else {
-        return 0;
+        return count;
     };
     let Ok(file) = object::File::parse(&*data) else {
-        return 0;
+        return count;
     };
-    file.sections()
-        .filter(|s| s.kind() == SectionKind::Text)
-        .filter_map(|s| Some((s.address(), s.data().ok()?)))
-        .map(|(addr, code)| super::x86::count_evex(code, addr))
-        .sum()
+    let variants = ifunc_variants(&data);
+    let functions = crate::symbols::unwind_ranges(&*data);
+    for s in file.sections().filter(|s| s.kind() == SectionKind::Text) {
+        let (addr, Ok(code)) = (s.address(), s.data()) else {
+            continue;
+        };
+        let end = addr + code.len() as u64;
+        let bytes = |lo: u64, hi: u64| &code[(lo - addr) as usize..(hi - addr) as usize];
+        // Sweeps restart at function bounds: each function is counted on its own, the code
+        // between functions as one piece.
+        let mut at = addr;
+        let rest = |lo: u64, hi: u64, count: &mut EvexCount| {
+            if hi > lo {
+                count.unconditional += super::x86::count_evex(bytes(lo, hi), lo);
+            }
+        };
+        for &(lo, hi) in &functions {
+            // Functions of other sections, empty ones, and overlaps are left to the sweeps.
+            if lo < at || lo >= hi || hi > end {
+                continue;
+            }
+            rest(at, lo, &mut count);
+            let n = super::x86::count_evex(bytes(lo, hi), lo);
+            if n > 0 {
+                if variants.binary_search(&(lo, hi)).is_ok() {
+                    count.in_ifunc_variants += n;
+                } else if super::x86::only_saves_vector_registers(bytes(lo, hi), lo) {
+                    count.in_register_saves += n;
+                } else {
+                    count.unconditional += n;
+                }
+            }
+            at = hi;
+        }
+        rest(at, end, &mut count);
+    }
+    count
+}
+
+/// The code ranges (start, end) of the functions an ELF file's IFUNC resolvers choose among
+/// at run time, by CPUID (glibc's string functions in a static program: `__memcpy_avx512_*`,
+/// `__strlen_evex`; GCC's `target_clones`), sorted: each resolver an IRELATIVE relocation
+/// names is read for the code addresses it loads (`lea rax, [rip + variant]`), and each such
+/// address stands for the `.eh_frame` function that holds it.
+pub fn ifunc_variants(data: &[u8]) -> Vec<(u64, u64)> {
+    use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic};
+    use object::read::elf::{ElfFile64, FileHeader, Rela, SectionHeader};
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(data) else {
+        return Vec::new();
+    };
+    let endian = elf.endian();
+    let Ok(sections) = elf.elf_header().sections(endian, data) else {
+        return Vec::new();
+    };
+    let mut resolvers = Vec::new();
+    for header in sections.iter() {
+        let Ok(Some((relas, _))) = header.rela(endian, data) else {
+            continue;
+        };
+        resolvers.extend(
+            relas
+                .iter()
+                .filter(|r| r.r_type(endian, false) == object::elf::R_X86_64_IRELATIVE)
+                .map(|r| r.r_addend(endian) as u64),
+        );
+    }
+    if resolvers.is_empty() {
+        return Vec::new();
+    }
+    resolvers.sort_unstable();
+    resolvers.dedup();
+    let functions = crate::symbols::unwind_ranges(data);
+    let holding = |at: u64| {
+        let k = functions.partition_point(|&(start, _)| start <= at);
+        k.checked_sub(1)
+            .map(|k| functions[k])
+            .filter(|&(_, end)| at < end)
+    };
+    let code_at = |lo: u64, hi: u64| {
+        use object::{Object, ObjectSection};
+        elf.sections().find_map(|s| {
+            let (start, size) = (s.address(), s.size());
+            if lo < start || hi > start + size {
+                return None;
+            }
+            let bytes = s.data().ok()?;
+            bytes.get((lo - start) as usize..(hi - start) as usize)
+        })
+    };
+    let mut variants = Vec::new();
+    let mut instruction = Instruction::default();
+    for &resolver in &resolvers {
+        let Some((lo, hi)) = holding(resolver) else {
+            continue;
+        };
+        let Some(code) = code_at(lo, hi) else {
+            continue;
+        };
+        let mut decoder = Decoder::with_ip(64, code, lo, DecoderOptions::NONE);
+        while decoder.can_decode() {
+            decoder.decode_out(&mut instruction);
+            if instruction.mnemonic() == Mnemonic::Lea && instruction.is_ip_rel_memory_operand() {
+                let target = instruction.ip_rel_memory_address();
+                if let Some(f) = holding(target).filter(|&f| f != (lo, hi)) {
+                    variants.push(f);
+                }
+            }
+        }
+    }
+    variants.sort_unstable();
+    variants.dedup();
+    variants
 }
 
 /// Whether this CPU runs AVX-512 (avx512f in /proc/cpuinfo).

@@ -37,6 +37,57 @@ pub struct Decoded {
     pub needs_vector_state: bool,
 }
 
+/// Whether `code` is a trampoline that preserves the argument registers around a call, for
+/// a CPU of AVX-512's width: every AVX-512 (EVEX) instruction moves one of the vector
+/// registers that carry arguments (xmm/ymm/zmm 0-7) to or from memory, unmasked, with no
+/// AVX-512 arithmetic, and the code calls out (the loader's `_dl_runtime_profile_avx512`
+/// saves zmm0-7 on the stack, calls the auditor, copies them out and restores them).
+pub fn only_saves_vector_registers(code: &[u8], ip: u64) -> bool {
+    use iced_x86::{FlowControl, Mnemonic};
+    let mut decoder = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
+    let mut instruction = Instruction::default();
+    let (mut evex, mut calls) = (false, false);
+    let argument = |r: Register| {
+        [Register::XMM0, Register::YMM0, Register::ZMM0]
+            .iter()
+            .any(|&base| (base as u32..base as u32 + 8).contains(&(r as u32)))
+    };
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instruction);
+        calls |= matches!(
+            instruction.flow_control(),
+            FlowControl::Call | FlowControl::IndirectCall
+        );
+        if instruction.encoding() != iced_x86::EncodingKind::EVEX {
+            continue;
+        }
+        evex = true;
+        let moves = matches!(
+            instruction.mnemonic(),
+            Mnemonic::Vmovdqa64
+                | Mnemonic::Vmovdqu64
+                | Mnemonic::Vmovdqa32
+                | Mnemonic::Vmovdqu32
+                | Mnemonic::Vmovaps
+                | Mnemonic::Vmovups
+                | Mnemonic::Vmovapd
+                | Mnemonic::Vmovupd
+        );
+        let shape = instruction.op_count() == 2
+            && (0..2)
+                .filter(|&k| instruction.op_kind(k) == OpKind::Memory)
+                .count()
+                == 1
+            && (0..2).any(|k| {
+                instruction.op_kind(k) == OpKind::Register && argument(instruction.op_register(k))
+            });
+        if !(moves && shape && instruction.op_mask() == Register::None) {
+            return false;
+        }
+    }
+    evex && calls
+}
+
 /// EVEX-encoded (AVX-512) instructions in a block of machine code, by a linear sweep from
 /// its start (code that embeds data may be misread in places: a hint, not a proof).
 ///
@@ -477,6 +528,32 @@ mod tests {
             b[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
         }
         b
+    }
+
+    /// A trampoline that keeps the argument registers across a call (as the loader's
+    /// `_dl_runtime_profile_avx512`) only moves them; AVX-512 arithmetic, another register,
+    /// or no call makes code that runs AVX-512 for itself.
+    #[test]
+    fn register_saving_trampolines_are_told_from_avx512_code() {
+        let save = [0x62, 0xf1, 0xfd, 0x48, 0x7f, 0x44, 0x24, 0x01]; // vmovdqa64 [rsp+0x40], zmm0
+        let copy = [0x62, 0xf1, 0xfd, 0x08, 0x7f, 0x49, 0x01]; // vmovdqa64 [rcx+0x10], xmm1
+        let call = [0xe8, 0x00, 0x00, 0x00, 0x00];
+        let restore = [0x62, 0xf1, 0xfd, 0x48, 0x6f, 0x44, 0x24, 0x01]; // vmovdqa64 zmm0, [rsp+0x40]
+        let ret = [0xc3];
+        let add = [0x62, 0xf1, 0xfd, 0x48, 0xd4, 0xc1]; // vpaddq zmm0, zmm0, zmm1
+        let save9 = [0x62, 0x71, 0xfd, 0x48, 0x7f, 0x4c, 0x24, 0x01]; // vmovdqa64 [rsp+0x40], zmm9
+        let code = |parts: &[&[u8]]| parts.concat();
+        let trampoline = code(&[&save, &copy, &call, &restore, &ret]);
+        assert!(only_saves_vector_registers(&trampoline, 0x1000));
+        assert_eq!(count_evex(&trampoline, 0x1000), 3);
+        for other in [
+            code(&[&save, &call, &add, &restore, &ret]),
+            code(&[&save9, &call, &restore, &ret]),
+            code(&[&save, &restore, &ret]),
+            code(&[&call, &ret]),
+        ] {
+            assert!(!only_saves_vector_registers(&other, 0x1000), "{other:x?}");
+        }
     }
 
     #[test]
