@@ -44,7 +44,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import build, layout_env, select, timed  # noqa: E402
+from benchlib import build, build_apps_if_missing, layout_env, select, timed  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MGBENCH = os.path.join(ROOT, "target", "release", "mgbench")
@@ -74,6 +74,8 @@ def main():
     args = ap.parse_args()
     if not args.skip_build:
         build()
+    else:
+        build_apps_if_missing()
     qemu = os.environ.get("MGBENCH_QEMU", "qemu-x86_64")
     s = args.scale
     app = lambda name, *a: [os.path.join(APPS, name), *a]

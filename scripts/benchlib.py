@@ -30,6 +30,15 @@ def build():
                    stdout=subprocess.DEVNULL)
 
 
+def build_apps_if_missing():
+    """--skip-build keeps the mgbench build, but a fresh checkout has no demo programs yet:
+    builds them (a few seconds of C) rather than fail on the first one."""
+    if not os.path.isdir(os.path.join(ROOT, "scripts", "apps", "build")):
+        print("# scripts/apps/build is missing: building the demo programs", flush=True)
+        subprocess.run([os.path.join(ROOT, "scripts", "apps", "build.sh")], check=True,
+                       stdout=subprocess.DEVNULL)
+
+
 def layout_env(rep):
     """The environment for repetition `rep` (0, 1, ...): os.environ plus a pad."""
     return dict(os.environ, MGBENCH_BENCH_PAD="x" * ((rep * PAD_STEP) % 4096))

@@ -79,8 +79,9 @@ pub struct EvexCount {
     /// AVX-512 string functions in a static program, which a CPU without AVX-512 (QEMU's)
     /// never gets.
     pub in_ifunc_variants: usize,
-    /// Those in functions that only save and restore vector registers on the stack: the
-    /// loader's trampolines (`_dl_runtime_profile_avx512`), which it installs by CPUID.
+    /// Those in functions that only move the argument vector registers to and from memory
+    /// around a call: the loader's trampolines (`_dl_runtime_profile_avx512`), which it
+    /// installs by CPUID.
     pub in_register_saves: usize,
 }
 
@@ -102,8 +103,8 @@ pub fn evex_instructions(path: &Path) -> EvexCount {
     let Ok(file) = object::File::parse(&*data) else {
         return count;
     };
-    let variants = ifunc_variants(&data);
     let functions = crate::symbols::unwind_ranges(&*data);
+    let variants = ifunc_variants(&data, &functions);
     for s in file.sections().filter(|s| s.kind() == SectionKind::Text) {
         let (addr, Ok(code)) = (s.address(), s.data()) else {
             continue;
@@ -145,8 +146,9 @@ pub fn evex_instructions(path: &Path) -> EvexCount {
 /// at run time, by CPUID (glibc's string functions in a static program: `__memcpy_avx512_*`,
 /// `__strlen_evex`; GCC's `target_clones`), sorted: each resolver an IRELATIVE relocation
 /// names is read for the code addresses it loads (`lea rax, [rip + variant]`), and each such
-/// address stands for the `.eh_frame` function that holds it.
-pub fn ifunc_variants(data: &[u8]) -> Vec<(u64, u64)> {
+/// address stands for the function of `functions` (the file's `.eh_frame` ranges, sorted)
+/// that holds it.
+pub fn ifunc_variants(data: &[u8], functions: &[(u64, u64)]) -> Vec<(u64, u64)> {
     use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic};
     use object::read::elf::{ElfFile64, FileHeader, Rela, SectionHeader};
     let Ok(elf) = ElfFile64::<object::Endianness>::parse(data) else {
@@ -173,7 +175,6 @@ pub fn ifunc_variants(data: &[u8]) -> Vec<(u64, u64)> {
     }
     resolvers.sort_unstable();
     resolvers.dedup();
-    let functions = crate::symbols::unwind_ranges(data);
     let holding = |at: u64| {
         let k = functions.partition_point(|&(start, _)| start <= at);
         k.checked_sub(1)
