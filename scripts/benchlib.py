@@ -32,7 +32,13 @@ def build():
 
 def build_apps_if_missing():
     """--skip-build keeps the mgbench build, but a fresh checkout has no demo programs yet:
-    builds them (a few seconds of C) rather than fail on the first one."""
+    builds them (a few seconds of C) rather than fail on the first one. The QEMU plugin the
+    benchmarks load by path must be built already (`cargo build --release` builds only the
+    mgbench binary, which carries a copy of it): says so instead of failing on each run."""
+    plugin = os.path.join(ROOT, "target", "release", "libmgbench_qemu_plugin.so")
+    if not os.path.exists(plugin):
+        sys.exit(f"{plugin} is missing: run `cargo build --release --workspace`, or drop "
+                 "--skip-build")
     if not os.path.isdir(os.path.join(ROOT, "scripts", "apps", "build")):
         print("# scripts/apps/build is missing: building the demo programs", flush=True)
         subprocess.run([os.path.join(ROOT, "scripts", "apps", "build.sh")], check=True,
