@@ -471,16 +471,7 @@ impl ElfImage {
         let Ok(file) = object::File::parse(&*data) else {
             return;
         };
-        let bytes = |(s, e): (u64, u64)| -> Option<&[u8]> {
-            file.sections().find_map(|sec| {
-                let (a, n) = (sec.address(), sec.size());
-                if s < a || e > a + n {
-                    return None;
-                }
-                let d = sec.data().ok()?;
-                d.get((s - a) as usize..(e - a) as usize)
-            })
-        };
+        let bytes = |(s, e): (u64, u64)| section_bytes(&file, s, e);
         let mut todo: Vec<(u64, u64)> = code
             .entries
             .iter()
@@ -1548,10 +1539,33 @@ impl LoadedObject {
                 Err(_) => Vec::new(),
             }
         });
-        let i = ranges.partition_point(|&(start, _)| start <= addr);
-        let &(start, end) = ranges.get(i.checked_sub(1)?)?;
-        (addr < end).then_some(start)
+        range_holding(ranges, addr).map(|(start, _)| start)
     }
+}
+
+/// The range of `ranges` (start, end), sorted by start, that holds `addr`.
+pub(crate) fn range_holding(ranges: &[(u64, u64)], addr: u64) -> Option<(u64, u64)> {
+    let i = ranges.partition_point(|&(start, _)| start <= addr);
+    let &(start, end) = ranges.get(i.checked_sub(1)?)?;
+    (addr < end).then_some((start, end))
+}
+
+/// The bytes of link-time addresses `lo..hi` in the section of `file` that holds them all.
+pub(crate) fn section_bytes<'d, O: object::Object<'d>>(
+    file: &O,
+    lo: u64,
+    hi: u64,
+) -> Option<&'d [u8]> {
+    use object::ObjectSection;
+    file.sections().find_map(|s| {
+        let (start, size) = (s.address(), s.size());
+        if lo < start || hi > start + size {
+            return None;
+        }
+        s.data()
+            .ok()?
+            .get((lo - start) as usize..(hi - start) as usize)
+    })
 }
 
 /// The kernel's vDSO functions for a traced process that maps its vDSO at `start`, by their

@@ -175,30 +175,14 @@ pub fn ifunc_variants(data: &[u8], functions: &[(u64, u64)]) -> Vec<(u64, u64)> 
     }
     resolvers.sort_unstable();
     resolvers.dedup();
-    let holding = |at: u64| {
-        let k = functions.partition_point(|&(start, _)| start <= at);
-        k.checked_sub(1)
-            .map(|k| functions[k])
-            .filter(|&(_, end)| at < end)
-    };
-    let code_at = |lo: u64, hi: u64| {
-        use object::{Object, ObjectSection};
-        elf.sections().find_map(|s| {
-            let (start, size) = (s.address(), s.size());
-            if lo < start || hi > start + size {
-                return None;
-            }
-            let bytes = s.data().ok()?;
-            bytes.get((lo - start) as usize..(hi - start) as usize)
-        })
-    };
+    let holding = |at: u64| crate::symbols::range_holding(functions, at);
     let mut variants = Vec::new();
     let mut instruction = Instruction::default();
     for &resolver in &resolvers {
         let Some((lo, hi)) = holding(resolver) else {
             continue;
         };
-        let Some(code) = code_at(lo, hi) else {
+        let Some(code) = crate::symbols::section_bytes(&elf, lo, hi) else {
             continue;
         };
         let mut decoder = Decoder::with_ip(64, code, lo, DecoderOptions::NONE);

@@ -142,8 +142,11 @@ impl ElfLoad {
     /// Reads the program headers of the ELF file at `path`.
     pub fn read(path: &std::path::Path) -> Result<ElfLoad, String> {
         use object::read::{Object, ObjectSegment};
-        let data = std::fs::read(path).map_err(|e| format!("cannot be read ({e})"))?;
-        let file = object::File::parse(&*data)
+        // Only the headers are read, not the whole file (a library can be 100 MB).
+        let data = object::read::ReadCache::new(
+            std::fs::File::open(path).map_err(|e| format!("cannot be read ({e})"))?,
+        );
+        let file = object::File::parse(&data)
             .map_err(|e| format!("is not an ELF file this machine can read ({e})"))?;
         if file.format() != object::BinaryFormat::Elf {
             return Err(format!("is not an ELF file (it is {:?})", file.format()));
